@@ -1,0 +1,148 @@
+"""The Beam graph that builds the benchmark.
+
+    scenario names ─► list units ─► read units ─► build samples ─┬─► pool per scenario (ids, filter,
+                                                                  │   shard plan) ─► write shards
+                                                                  └─► dead letters, counts ──┐
+    predictions / keep-list ─────────────────────────────────────► pool per scenario          │
+                                                 shard infos, upstream lines, filter stats ──┴─► reports
+
+Every branch ends in one Flatten feeding one terminal step (`WriteReports`), and splits are
+`Filter`s over one PCollection of result values: Beam's DaskRunner computes only the last
+transform and mishandles tagged outputs, and this shape runs the same on every runner.
+DoFns carry plain parameters and look scenarios up in the registry on the worker (as seqio does).
+"""
+from __future__ import annotations
+
+import logging
+
+import apache_beam as beam
+
+from proactivebench_builder.pipeline import results
+from proactivebench_builder.pipeline.reports import WriteReports
+from proactivebench_builder.pipeline.shards import AssignIdsAndShards, WriteShard
+
+LOG = logging.getLogger(__name__)
+
+
+def scenario_instance(name: str, params: dict):
+    """A scenario object on the worker, built from plain parameters."""
+    from proactivebench_builder.transforms import get_scenario
+
+    return get_scenario(name)(params["seed"], params["sources"][name])
+
+
+class ListUnits(beam.DoFn):
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, name: str):
+        units = scenario_instance(name, self.params).list_units()
+        LOG.info("%s: %d units of raw reading", name, len(units))
+        for unit in units:
+            yield name, unit
+
+
+class ReadUnit(beam.DoFn):
+    """Raw reading; a unit that fails as a whole becomes one dead letter, never a crash."""
+
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, element):
+        name, unit = element
+        scenario = scenario_instance(name, self.params)
+        try:
+            yield from scenario.read_unit(unit)
+        except Exception as err:  # noqa: BLE001 - errors are values here
+            LOG.warning("%s: unit %s failed: %s", name, unit, err)
+            yield results.count(name, "raw_items", 1)
+            yield scenario.dead_letter(unit, f"unreadable source unit: {type(err).__name__}: {err}")
+
+
+class BuildSample(beam.DoFn):
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, value):
+        if value["kind"] != "candidate":
+            yield value
+            return
+        from proactivebench_builder.pipeline.records import check_row
+        from proactivebench_builder.transforms.base import BadItem
+
+        name, key = value["scenario"], value["key"]
+        scenario = scenario_instance(name, self.params)
+        try:
+            row = scenario.build_sample(key, value["item"])
+            check_row(row)
+        except BadItem as err:
+            yield results.dead_letter(name, err.path or key, err.reason, key)
+            return
+        except ValueError as err:
+            yield results.dead_letter(name, key, f"inconsistent sample: {err}", key)
+            return
+        yield results.sample(name, row)
+
+
+class Spread(beam.PTransform):
+    """Redistribute elements across workers by a stable hash (a plain GroupByKey, which every
+    runner supports; `beam.Reshuffle` relies on windowing machinery the DaskRunner lacks)."""
+
+    def expand(self, pcoll):
+        from proactivebench_builder.pipeline.seeding import stable_hash
+
+        return (
+            pcoll
+            | "KeyByHash" >> beam.Map(lambda v: (stable_hash(repr(v)) % 4096, v))
+            | "Group" >> beam.GroupByKey()
+            | "Ungroup" >> beam.FlatMap(lambda kv: kv[1])
+        )
+
+
+class BuildBenchmark(beam.PTransform):
+    """The whole build: from scenario names (and optional selection inputs) to the written
+    output folder. Its output is one PCollection holding the build summary."""
+
+    def __init__(self, params: dict, selection_inputs=None):
+        super().__init__()
+        self.params = params
+        self.selection_inputs = selection_inputs
+
+    def expand(self, pbegin):
+        p = self.params
+        raw = (
+            pbegin
+            | "Scenarios" >> beam.Create(sorted(p["scenarios"]))
+            | "ListUnits" >> beam.ParDo(ListUnits(p))
+            | "SpreadUnits" >> Spread()
+            | "ReadUnits" >> beam.ParDo(ReadUnit(p))
+            | "BuildSamples" >> beam.ParDo(BuildSample(p))
+        )
+        samples = raw | "Samples" >> beam.Filter(results.is_kind("sample"))
+        side_reports = raw | "DeadLettersAndCounts" >> beam.Filter(
+            lambda v: v["kind"] in ("dead_letter", "count"))
+
+        pool_inputs = [samples | "KeySamples" >> beam.Map(lambda v: (v["scenario"], v))]
+        if self.selection_inputs is not None:
+            pool_inputs.append(self.selection_inputs(pbegin))
+        pooled = (
+            pool_inputs
+            | "PoolInputs" >> beam.Flatten()
+            | "GroupByScenario" >> beam.GroupByKey()
+            | "AssignIdsAndShards" >> beam.ParDo(AssignIdsAndShards(p))
+        )
+        shard_rows = pooled | "ShardRows" >> beam.Filter(results.is_kind("shard_row"))
+        pool_reports = pooled | "PoolReports" >> beam.Filter(lambda v: v["kind"] != "shard_row")
+        written = (
+            shard_rows
+            | "KeyByShard" >> beam.Map(lambda v: (v["shard"], v["row"]))
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(WriteShard(p))
+        )
+        return (
+            (side_reports, pool_reports, written)
+            | "AllReports" >> beam.Flatten()
+            | "OneKey" >> beam.Map(lambda v: (None, v))
+            | "Gather" >> beam.GroupByKey()
+            | "WriteReports" >> beam.ParDo(WriteReports(p))
+        )

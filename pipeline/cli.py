@@ -1,0 +1,186 @@
+"""`python run_pipeline.py [build flags]` and its subcommands.
+
+    run_pipeline.py [--output DIR] [--sources_root URL] [--scenarios a,b] [--seed N] [Beam flags]
+    run_pipeline.py <subcommand> --help        (subcommands are listed by --help)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.build import BuildBenchmark
+from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
+from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
+from proactivebench_builder.pipeline.reports import REPORTS_DIR
+from proactivebench_builder.transforms import load_scenarios
+
+LOG = logging.getLogger("proactivebench_builder")
+SUBCOMMANDS = {}  # name -> (module path, help); filled by `subcommand`
+
+
+class BuildFailed(RuntimeError):
+    """The build ran but its output must not be trusted (e.g. too many dead letters)."""
+
+
+def _absolute(url: str) -> str:
+    return url if "://" in url else os.path.abspath(url)
+
+
+def choose_scenarios(spec: str) -> dict:
+    registered = load_scenarios()
+    if spec in ("", "all"):
+        return registered
+    chosen = {}
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name not in registered:
+            raise SystemExit(f"unknown scenario {name!r}; registered: {', '.join(registered)}")
+        chosen[name] = registered[name]
+    return chosen
+
+
+def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
+    """Each scenario's source root: --source NAME=URL, else --sources_root/<source_subdir>, else
+    the bundled miniature source (written on first use)."""
+    overrides = {}
+    for item in opts.source:
+        name, sep, url = item.partition("=")
+        if not sep or name not in scenarios:
+            raise SystemExit(f"--source expects SCENARIO=URL with a chosen scenario, got {item!r}")
+        overrides[name] = _absolute(url)
+    root = opts.sources_root
+    missing = [n for n in scenarios if n not in overrides]
+    if root is None and missing:
+        root = ensure_miniature_sources(_absolute(DEFAULT_MINIATURE_ROOT),
+                                        {n: scenarios[n] for n in missing})
+    return {n: overrides.get(n) or fileio.join(_absolute(root), load_manifest(n)["source_subdir"])
+            for n in scenarios}
+
+
+def selection_settings(opts: BuildOptions) -> dict:
+    if opts.predictions and opts.keep_list:
+        raise SystemExit("--predictions and --keep_list are alternatives; give one")
+    if opts.predictions:
+        mode = "predictions"
+    elif opts.keep_list:
+        mode = "keep_list"
+    else:
+        mode = "none"
+    return {"mode": mode, "predictions": opts.predictions, "keep_list": opts.keep_list,
+            "threshold": opts.filter_threshold, "min_models": opts.min_models}
+
+
+def code_version() -> str:
+    from proactivebench_builder.pipeline import __version__
+
+    return __version__
+
+
+def build_params(opts: BuildOptions, argv: list[str]) -> dict:
+    scenarios = choose_scenarios(opts.scenarios)
+    sources = resolve_sources(opts, scenarios)
+    selection = selection_settings(opts)
+    stamp = {
+        "code_version": code_version(),
+        "command": "run_pipeline.py " + " ".join(argv),
+        "seed": opts.seed,
+        "manifests": {n: {"sha256": manifest_sha256(n)} for n in sorted(scenarios)},
+        "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
+    }
+    return {"scenarios": sorted(scenarios), "sources": sources, "seed": opts.seed,
+            "output": _absolute(opts.output), "selection": selection,
+            "export_upstream": not opts.no_upstream_export, "stamp": stamp}
+
+
+def run_build(argv: list[str]) -> dict:
+    """Build the benchmark; returns the build report (`reports/build.json`)."""
+    options = PipelineOptions(argv)
+    opts = options.view_as(BuildOptions)
+    params = build_params(opts, argv)
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
+    for name in params["scenarios"]:
+        LOG.info("  %-12s <- %s", name, params["sources"][name])
+    from proactivebench_builder.filters.inputs import selection_inputs
+
+    with beam.Pipeline(options=options) as pipeline:
+        _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
+    report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
+    print(summary_table(report["scenarios"]))
+    check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
+    return report
+
+
+def summary_table(scenarios: dict) -> str:
+    header = ("scenario", "raw items", "excluded", "samples", "test", "dead letters", "shards",
+              "bytes")
+    rows = [header]
+    for name, r in sorted(scenarios.items()):
+        rows.append((name, r["raw_items"], sum(r["excluded"].values()), r["samples"], r["kept"],
+                     r["dead_letters"], r["shards"]["test"] + r["shards"]["unfiltered"],
+                     r["bytes"]["test"] + r["bytes"]["unfiltered"]))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
+                       for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check_bad_fraction(scenarios: dict, limit: float) -> None:
+    bad = {n: r for n, r in scenarios.items() if r["bad_fraction"] > limit}
+    if bad:
+        detail = "; ".join(f"{n}: {r['dead_letters']} of {r['raw_items']} raw items "
+                           f"({r['bad_fraction']:.1%}), by reason {r['dead_letters_by_reason']}"
+                           for n, r in sorted(bad.items()))
+        raise BuildFailed(f"too many bad inputs (--max_bad_fraction={limit}): {detail}. "
+                          "See reports/dead_letters.jsonl for every path and reason.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] in subcommands():
+        module_name, _ = subcommands()[argv[0]]
+        import importlib
+
+        return importlib.import_module(module_name).main(argv[1:])
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print("Subcommands:")
+        for name, (_, text) in sorted(subcommands().items()):
+            print(f"  {name:10s} {text}")
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="run_pipeline.py", add_help=False,
+                                         description="Build flags (any Beam flag is accepted too, "
+                                         "e.g. --runner, --direct_num_workers):")
+        BuildOptions._add_argparse_args(parser)
+        parser.print_help()
+        return 0
+    try:
+        run_build(argv)
+    except BuildFailed as err:
+        print(f"BUILD FAILED: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def subcommands() -> dict:
+    """Subcommands found by module: pipeline/<name>_command.py with a `main(argv)` and `HELP`."""
+    import importlib
+    import pkgutil
+
+    from proactivebench_builder import pipeline
+
+    found = {}
+    for module in pkgutil.iter_modules(pipeline.__path__):
+        if module.name.endswith("_command"):
+            mod = importlib.import_module(f"proactivebench_builder.pipeline.{module.name}")
+            found[module.name[: -len("_command")]] = (mod.__name__, mod.HELP)
+    return found

@@ -1,0 +1,52 @@
+"""Command-line options of a build, as a Beam `PipelineOptions` subclass: the app flags travel
+inside the serialized options, so workers (and Dataflow templates) see them too."""
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+DEFAULT_OUTPUT = "build/proactivebench"
+DEFAULT_MINIATURE_ROOT = "build/miniature_sources"
+
+
+class BuildOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--output", default=DEFAULT_OUTPUT,
+            help="Output folder or fsspec URL (default: %(default)s).")
+        parser.add_argument(
+            "--sources_root", default=None,
+            help="Folder or fsspec URL (gs://, s3://, ...) holding one folder per source, named as "
+                 "each manifest's `source_subdir`. Default: the bundled miniature sources, "
+                 f"generated on first use under {DEFAULT_MINIATURE_ROOT}.")
+        parser.add_argument(
+            "--source", action="append", default=[], metavar="SCENARIO=URL",
+            help="Root of one source, overriding --sources_root for that scenario (repeatable).")
+        parser.add_argument(
+            "--scenarios", default="all",
+            help="Comma-separated scenario names to build (default: every registered scenario).")
+        parser.add_argument(
+            "--seed", type=int, default=0,
+            help="Global seed; every random choice derives from (seed, scenario, key).")
+        parser.add_argument(
+            "--predictions", default=None,
+            help="Stored first-round predictions (Parquet, JSONL or CSV, any fsspec URL) for the "
+                 "leakage filter.")
+        parser.add_argument(
+            "--keep_list", default=None,
+            help="'released' (the published kept ids) or a JSON file of kept ids per config; "
+                 "only valid on an imported upstream release.")
+        parser.add_argument(
+            "--filter_threshold", type=float, default=0.25,
+            help="Drop a sample when at least this fraction of models answers it correctly in "
+                 "the first round (default: %(default)s).")
+        parser.add_argument(
+            "--min_models", type=int, default=1,
+            help="Fewest models that must have answered a sample for the filter to judge it.")
+        parser.add_argument(
+            "--max_bad_fraction", type=float, default=0.05,
+            help="Fail the build when dead letters exceed this fraction of a scenario's raw "
+                 "items (default: %(default)s).")
+        parser.add_argument(
+            "--no_upstream_export", action="store_true",
+            help="Skip writing DIR/upstream (the upstream JSONL layout with image files).")

@@ -1,0 +1,135 @@
+"""The record contract: one row per benchmark sample, the same columns in every scenario config.
+
+Columns are the fields the upstream `proactivebench` environments read from
+`<config>_preprocessed.jsonl` (with the same meaning, see `reference/benchmark_construction.md`),
+plus `key`, `frames`, `frame_ids`, `question_type` and `source`. Scenario-specific extras are null
+where a scenario does not use them, so every config shares one schema and one loader.
+
+The Arrow schema carries the Hugging Face `datasets` feature metadata, so `load_dataset` decodes
+`frames` as images. Lists are declared as `Sequence` (read by datasets 3.x and by 4.x/5.x alike).
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+# Fields the upstream environments read, in the order the upstream JSONL writes them.
+UPSTREAM_COMMON_FIELDS = (
+    "id", "image_template", "first_image", "num_images", "reference_image",
+    "prompt", "options", "categories", "answer",
+)
+# Scenario extras the upstream environments read (null where a scenario has none).
+UPSTREAM_EXTRA_FIELDS = (
+    "strong_occlusions", "valid_images", "quality_answer", "step_size", "max_steps",
+    "direction", "granularity", "horizontal_step", "vertical_step", "crop",
+)
+
+CROP_TYPE = pa.struct([
+    ("top", pa.float64()), ("left", pa.float64()),
+    ("height", pa.float64()), ("width", pa.float64()),
+])
+IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+SOURCE_TYPE = pa.struct([
+    ("dataset", pa.string()), ("license", pa.string()), ("files", pa.list_(pa.string())),
+])
+
+_ARROW_FIELDS = [
+    ("id", pa.int64()),
+    ("key", pa.string()),
+    ("image_template", pa.string()),
+    ("first_image", pa.int64()),
+    ("num_images", pa.int64()),
+    ("reference_image", pa.int64()),
+    ("prompt", pa.string()),
+    ("options", pa.list_(pa.string())),
+    ("categories", pa.list_(pa.string())),
+    ("answer", pa.string()),
+    ("question_type", pa.string()),
+    ("strong_occlusions", pa.bool_()),
+    ("valid_images", pa.list_(pa.int64())),
+    ("quality_answer", pa.string()),
+    ("step_size", pa.int64()),
+    ("max_steps", pa.int64()),
+    ("direction", pa.string()),
+    ("granularity", pa.int64()),
+    ("horizontal_step", pa.float64()),
+    ("vertical_step", pa.float64()),
+    ("crop", CROP_TYPE),
+    ("frame_ids", pa.list_(pa.int64())),
+    ("frames", pa.list_(IMAGE_TYPE)),
+    ("source", SOURCE_TYPE),
+]
+COLUMNS = tuple(name for name, _ in _ARROW_FIELDS)
+# Every column except the image bytes: what crosses a shuffle before frames are materialized.
+METADATA_COLUMNS = tuple(c for c in COLUMNS if c != "frames")
+
+
+def _value(dtype: str) -> dict:
+    return {"dtype": dtype, "_type": "Value"}
+
+
+def _sequence(feature: dict) -> dict:
+    return {"feature": feature, "_type": "Sequence"}
+
+
+HF_FEATURES = {
+    "id": _value("int64"),
+    "key": _value("string"),
+    "image_template": _value("string"),
+    "first_image": _value("int64"),
+    "num_images": _value("int64"),
+    "reference_image": _value("int64"),
+    "prompt": _value("string"),
+    "options": _sequence(_value("string")),
+    "categories": _sequence(_value("string")),
+    "answer": _value("string"),
+    "question_type": _value("string"),
+    "strong_occlusions": _value("bool"),
+    "valid_images": _sequence(_value("int64")),
+    "quality_answer": _value("string"),
+    "step_size": _value("int64"),
+    "max_steps": _value("int64"),
+    "direction": _value("string"),
+    "granularity": _value("int64"),
+    "horizontal_step": _value("float64"),
+    "vertical_step": _value("float64"),
+    "crop": {k: _value("float64") for k in ("top", "left", "height", "width")},
+    "frame_ids": _sequence(_value("int64")),
+    "frames": _sequence({"_type": "Image"}),
+    "source": {
+        "dataset": _value("string"),
+        "license": _value("string"),
+        "files": _sequence(_value("string")),
+    },
+}
+
+
+def arrow_schema() -> pa.Schema:
+    """The Parquet schema of every test/unfiltered shard, with the `datasets` feature metadata."""
+    metadata = {"huggingface": json.dumps({"info": {"features": HF_FEATURES}}, sort_keys=True)}
+    return pa.schema([pa.field(n, t) for n, t in _ARROW_FIELDS], metadata=metadata)
+
+
+def empty_row() -> dict:
+    """A row with every column present and null, for scenarios to fill in."""
+    return {name: None for name in COLUMNS}
+
+
+def check_row(row: dict) -> None:
+    """Raise ValueError when a row breaks the invariants every environment relies on."""
+    missing = [c for c in METADATA_COLUMNS if c not in row]
+    if missing:
+        raise ValueError(f"row {row.get('key')!r} lacks columns {missing}")
+    if len(row["categories"]) != 4 or row["answer"] not in row["categories"]:
+        raise ValueError(f"row {row['key']!r}: need 4 categories containing the answer")
+    if len(set(row["categories"])) != 4:
+        raise ValueError(f"row {row['key']!r}: categories repeat: {row['categories']}")
+    if not row["options"]:
+        raise ValueError(f"row {row['key']!r}: no options")
+    ids = row["frame_ids"]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"row {row['key']!r}: frame ids repeat")
+    for slot in ("first_image", "reference_image"):
+        if row[slot] not in ids:
+            raise ValueError(f"row {row['key']!r}: {slot}={row[slot]} has no frame")

@@ -1,0 +1,107 @@
+"""The per-scenario pool step (ids, selection, shard plan) and the shard writer."""
+from __future__ import annotations
+
+import logging
+
+import apache_beam as beam
+
+from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
+
+LOG = logging.getLogger(__name__)
+
+UNFILTERED, TEST = "unfiltered", "test"
+
+
+def split_folder(output: str, split: str, config: str) -> str:
+    """Where a split of a config lives: DIR/<config>/ for the test split, DIR/unfiltered/<config>/
+    for the pool before filtering."""
+    if split == TEST:
+        return fileio.join(output, config)
+    return fileio.join(output, "unfiltered", config)
+
+
+class AssignIdsAndShards(beam.DoFn):
+    """Sees one scenario's whole pool (small: rows hold frame references, not bytes).
+
+    `id` is the index of `key` in the sorted keys, assigned before any filtering, so ids do not
+    depend on the filter. A key seen twice keeps its first copy (in a deterministic order) and
+    the others become dead letters."""
+
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, element):
+        from proactivebench_builder.filters.selection import apply_selection
+        from proactivebench_builder.transforms import get_scenario
+
+        name, values = element
+        cls = get_scenario(name)
+        samples = sorted((v for v in values if v["kind"] == "sample"),
+                         key=lambda v: (v["key"], repr(v["row"]["source"])))
+        selection_values = [v for v in values if v["kind"] != "sample"]
+        rows, seen = [], set()
+        for value in samples:
+            if value["key"] in seen:
+                files = value["row"]["source"]["files"]
+                yield results.dead_letter(name, files[0] if files else value["key"],
+                                          "duplicate key", value["key"])
+                continue
+            seen.add(value["key"])
+            row = value["row"]
+            row["id"] = len(rows)
+            rows.append(row)
+        kept, report = apply_selection(name, cls.config_name, rows, selection_values,
+                                       self.params["selection"])
+        LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
+        yield {"kind": "pool", "scenario": name, "config": cls.config_name,
+               "samples": len(rows), "kept": len(kept), "filter": report}
+        rows_per_shard = int(cls(self.params["seed"], self.params["sources"][name])
+                             .params.get("rows_per_shard", 500))
+        for split, split_rows in ((UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])):
+            plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, f"{name}/{split}")
+            for row in split_rows:
+                index, count = plan[row["key"]]
+                yield {"kind": "shard_row", "shard": (split, name, index, count), "row": row}
+
+
+class WriteShard(beam.DoFn):
+    """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
+    pool it also writes the upstream layout's image files and JSONL lines."""
+
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, element):
+        from proactivebench_builder.pipeline import upstream_export
+        from proactivebench_builder.transforms import get_scenario
+
+        (split, name, index, count), rows = element
+        scenario = get_scenario(name)(self.params["seed"], self.params["sources"][name])
+        rows = sorted(rows, key=lambda r: r["id"])
+        export = split == UNFILTERED and self.params.get("export_upstream", True)
+        output = self.params["output"]
+
+        def materialized():
+            for row in rows:
+                frames = []
+                for fid, ref in zip(row["frame_ids"], row["frame_refs"]):
+                    data = scenario.load_frame(ref)
+                    path = scenario.frame_path(row, fid)
+                    frames.append({"bytes": data, "path": path})
+                    if export:
+                        upstream_export.write_image(output, path, data)
+                yield dict(row, frames=frames)
+
+        url = fileio.join(split_folder(output, split, scenario.config_name),
+                          shard_name("test", index, count))
+        n_rows, n_bytes = write_parquet(url, materialized(), arrow_schema(),
+                                        int(scenario.params.get("rows_per_row_group", 64)))
+        LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, n_rows, n_bytes)
+        yield {"kind": "shard", "scenario": name, "config": scenario.config_name, "split": split,
+               "path": url, "rows": n_rows, "bytes": n_bytes}
+        if export:
+            for row in rows:
+                yield {"kind": "upstream_line", "config": scenario.config_name, "id": row["id"],
+                       "line": upstream_export.jsonl_line(row, scenario)}

@@ -1,0 +1,100 @@
+"""Deterministic Parquet shards, written the way TensorFlow Datasets' Beam writer does it.
+
+Which shard a row lands in depends only on md5 of its `key` (never on bundle or worker order);
+rows are sorted by `id` inside a shard; shards that would be empty are dropped and the rest
+numbered without gaps; every file is written under a temporary name and renamed when complete.
+`beam.io.WriteToParquet(num_shards=N)` round-robins from a random start, so it is not used.
+"""
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.records import COLUMNS
+from proactivebench_builder.pipeline.seeding import stable_hash
+
+SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.parquet"
+_HASH_SPACE = 2 ** 128
+
+
+def shard_plan(keys: list[str], rows_per_shard: int, salt: str) -> dict[str, tuple[int, int]]:
+    """key -> (shard index, shard count). Buckets are ranges of md5(salt, key), so the global
+    order of hashed keys is kept across shards; empty buckets are dropped and renumbered."""
+    if not keys:
+        return {}
+    buckets = max(1, math.ceil(len(keys) / rows_per_shard))
+    bucket_of = {k: stable_hash(salt, k) * buckets // _HASH_SPACE for k in keys}
+    used = sorted(set(bucket_of.values()))
+    dense = {b: i for i, b in enumerate(used)}
+    return {k: (dense[b], len(used)) for k, b in bucket_of.items()}
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return SHARD_NAME.format(split=split, index=index, count=count)
+
+
+def _column_options(schema: pa.Schema) -> tuple[dict, list]:
+    """Image bytes are already compressed: store them plain (as `datasets` does); snappy and
+    dictionaries for everything else."""
+    compression, dictionary = {}, []
+    for path in _leaf_paths(schema):
+        is_bytes = path.startswith("frames.") and path.endswith(".bytes")
+        compression[path] = "none" if is_bytes else "snappy"
+        if not is_bytes:
+            dictionary.append(path)
+    return compression, dictionary
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    paths = []
+
+    def walk(prefix: str, dtype: pa.DataType):
+        if pa.types.is_struct(dtype):
+            for i in range(dtype.num_fields):
+                child = dtype.field(i)
+                walk(f"{prefix}.{child.name}", child.type)
+        elif pa.types.is_list(dtype):
+            walk(f"{prefix}.list.element", dtype.value_type)
+        else:
+            paths.append(prefix)
+
+    for field in schema:
+        walk(field.name, field.type)
+    return paths
+
+
+def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) -> tuple[int, int]:
+    """Write `rows` (an iterable of dicts, already in order) to `url` atomically, streaming a
+    row group at a time so memory holds one row group. Returns (row count, byte size)."""
+    compression, dictionary = _column_options(schema)
+    fs, path = fileio.filesystem(url)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = fileio.temporary_name(path)
+    count = 0
+    try:
+        with fs.open(tmp, "wb") as handle:
+            writer = pq.ParquetWriter(handle, schema, compression=compression,
+                                      use_dictionary=dictionary, write_statistics=dictionary)
+            batch = []
+            for row in rows:
+                batch.append({c: row.get(c) for c in schema.names})
+                if len(batch) >= rows_per_row_group:
+                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                    count += len(batch)
+                    batch = []
+            if batch or count == 0:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                count += len(batch)
+            writer.close()
+        fs.mv(tmp, path)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
+    return count, fs.size(path)
+
+
+assert set(COLUMNS) >= {"id", "key", "frames"}

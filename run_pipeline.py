@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Build ProactiveBench. Without arguments: every registered scenario, from the bundled miniature
+sources, into ./build/proactivebench, on the local runner. `--help` lists every flag."""
+import sys
+
+from proactivebench_builder.pipeline.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""One distribution; the top-level folders install under the `proactivebench_builder` namespace,
+so nothing generic like `pipeline` or `filters` lands in site-packages. The same file is what
+Dataflow's `--setup_file ./setup.py` packages for its workers."""
+from setuptools import setup
+
+NAMESPACE = "proactivebench_builder"
+FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime")
+
+setup(
+    name="proactivebench-builder",
+    version="0.1.0",
+    description="Rebuilds the ProactiveBench benchmark from its raw sources on Apache Beam, "
+                "with a thin evaluation runtime.",
+    python_requires=">=3.10",
+    packages=[f"{NAMESPACE}.{folder}" for folder in FOLDERS],
+    package_dir={f"{NAMESPACE}.{folder}": folder for folder in FOLDERS},
+    package_data={f"{NAMESPACE}.source_manifests": ["*.yaml", "*.json"]},
+    install_requires=[
+        "apache-beam>=2.77,<2.78",
+        "pyarrow>=24,<26",          # beam pins <26, datasets needs >=24
+        "pillow>=12.1.1,<13",       # beam's pin
+        "numpy>=1.26,<2.5",
+        "opencv-python-headless>=4.9",
+        "pycocotools>=2.0.7",
+        "datasets>=4.0",
+        "huggingface_hub>=1.0",
+        "fsspec>=2024.6",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2"],
+        "dask": ["dask[distributed]>=2024.8"],
+        "transformers": ["transformers>=4.45", "torch"],
+    },
+    entry_points={"console_scripts": [
+        "proactivebench-build=proactivebench_builder.pipeline.cli:main",
+    ]},
+)

@@ -1,0 +1,158 @@
+"""The scenario base class: what every scenario module implements, and the shared helpers.
+
+A scenario turns one raw source into benchmark samples. It owns everything specific to its
+source (finding raw items, ordering frames from hard to reference, its options and prompts, its
+extra fields, its miniature raw layout); the pipeline owns everything shared (manifests, seeding,
+ids, filtering, writing, reports). Subclassing registers a scenario by its `name`, and the
+pipeline discovers every module in this package, so adding a scenario edits no list.
+
+Work is split so that little crosses a shuffle: `list_units` names independent pieces of raw
+reading (a category file, a class folder), `read_unit` yields small candidate items, and
+`build_sample` turns one item into a row whose frames are *references* (`frame_refs`); bytes are
+produced by `load_frame` only in the stage that writes them.
+"""
+from __future__ import annotations
+
+import posixpath
+import random
+from typing import ClassVar, Iterable, Iterator
+
+from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.pipeline.images import BadImage, check_image
+from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.pipeline.records import empty_row
+from proactivebench_builder.pipeline.seeding import rng_for
+from proactivebench_builder.transforms import vocabulary
+
+_REGISTRY: dict[str, type["Scenario"]] = {}
+
+
+class BadItem(Exception):
+    """A raw item that cannot become a sample; it becomes a dead letter with this reason."""
+
+    def __init__(self, reason: str, path: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+
+class Scenario:
+    name: ClassVar[str] = ""          # registry key and manifest name (source_manifests/<name>.yaml)
+    config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+                raise ValueError(f"two scenarios are named {cls.name!r}")
+            _REGISTRY[cls.name] = cls
+
+    def __init__(self, seed: int, source_root: str):
+        self.seed = seed
+        self.manifest = load_manifest(self.name)
+        self.params = dict(self.manifest["parameters"])
+        self.root = source_root.rstrip("/")
+
+    # ---- what a scenario implements -------------------------------------------------------
+
+    def list_units(self) -> list[str]:
+        """Independent units of raw reading, e.g. one per category file. Raise SourceError when
+        the source root is missing or unusable: that is a configuration error, not a bad item."""
+        raise NotImplementedError
+
+    def read_unit(self, unit: str) -> Iterator[dict]:
+        """Yield `results.candidate`, `results.dead_letter` and `results.count` values."""
+        raise NotImplementedError
+
+    def build_sample(self, key: str, item: dict) -> dict:
+        """A row (see `pipeline.records`) with `frame_refs` in place of frames; raise BadItem."""
+        raise NotImplementedError
+
+    def load_frame(self, ref: dict) -> bytes:
+        """The bytes of one frame. The default handles source files passed through unchanged."""
+        if ref["kind"] == "file":
+            return fileio.read_bytes(ref["url"])
+        raise ValueError(f"{self.name}: unknown frame kind {ref['kind']!r}")
+
+    def frame_path(self, row: dict, frame_id: int) -> str:
+        """The template filled for one frame: where the frame lives in the upstream layout.
+        Default: the `{image}` slot zero-padded to 4 digits (VSOD, MVP-N, QuickDraw)."""
+        return row["image_template"].format(image=f"{frame_id:04d}")
+
+    @classmethod
+    def write_miniature(cls, root: str, seed: int = 0) -> None:
+        """Write a small deterministic copy of the source's real on-disk layout under `root`."""
+        raise NotImplementedError
+
+    # ---- shared helpers ---------------------------------------------------------------------
+
+    def rng(self, key: str, purpose: str) -> random.Random:
+        return rng_for(self.seed, self.name, key, purpose)
+
+    def path(self, *parts: str) -> str:
+        return fileio.join(self.root, *parts)
+
+    def relative(self, url: str) -> str:
+        """A source path relative to the source root, as reported in dead letters and provenance."""
+        prefix = self.root + "/"
+        return url[len(prefix):] if url.startswith(prefix) else url
+
+    def candidate(self, key: str, item: dict) -> dict:
+        return results.candidate(self.name, key, item)
+
+    def dead_letter(self, path: str, reason: str) -> dict:
+        return results.dead_letter(self.name, self.relative(path), reason)
+
+    def count(self, what: str, n: int = 1) -> dict:
+        return results.count(self.name, what, n)
+
+    def validate_file_frame(self, url: str) -> tuple[str, int, int]:
+        """Read and cheaply decode a source image; raise BadItem naming the file and the reason."""
+        try:
+            data = fileio.read_bytes(url)
+        except FileNotFoundError:
+            raise BadItem("missing frame file", self.relative(url)) from None
+        except OSError as err:
+            raise BadItem(f"unreadable file: {err}", self.relative(url)) from None
+        try:
+            return check_image(data, posixpath.basename(url))
+        except BadImage as err:
+            raise BadItem(str(err), self.relative(url)) from None
+
+    def new_row(self, key: str) -> dict:
+        row = empty_row()
+        row["key"] = key
+        row["source"] = {"dataset": self.manifest["dataset"], "license": self.manifest["license"],
+                         "files": []}
+        return row
+
+    def pick_prompt(self, key: str, pool: Iterable[str], purpose: str = "prompt") -> str:
+        return self.rng(key, purpose).choice(list(pool))
+
+    def pick_categories(self, key: str, answer: str, pool: Iterable[str]) -> list[str]:
+        """The answer plus 3 distinct wrong categories drawn from `pool`, shuffled, formatted as
+        upstream shows categories. Raise BadItem when the pool is too small."""
+        names = sorted(set(pool) - {answer})
+        formatted_answer = vocabulary.format_category(answer)
+        names = [n for n in names if vocabulary.format_category(n) != formatted_answer]
+        if len(names) < 3:
+            raise BadItem(f"fewer than 3 distractor categories for {answer!r}")
+        rng = self.rng(key, "categories")
+        chosen = [answer] + rng.sample(names, 3)
+        rng.shuffle(chosen)
+        return [vocabulary.format_category(n) for n in chosen]
+
+    def build_options(self, key: str, proactive: list[str]) -> list[str]:
+        """The proactive option(s) plus one abstain option, shuffled once (App. A)."""
+        rng = self.rng(key, "options")
+        options = list(proactive) + [rng.choice(vocabulary.ABSTAIN_OPTIONS)]
+        rng.shuffle(options)
+        return options
+
+
+class SourceError(RuntimeError):
+    """The source root as a whole is missing or unusable (not a single bad item)."""
+
+
+def registered() -> dict[str, type[Scenario]]:
+    return dict(_REGISTRY)

@@ -1,0 +1,53 @@
+"""Shared fixtures: miniature raw sources (written once per session, in each source's real
+layout) and a helper that runs a whole build on the FnApiRunner (the DirectRunner would first try
+to download the Prism runner)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from proactivebench_builder.pipeline.cli import run_build
+from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+from proactivebench_builder.transforms import load_scenarios
+
+RUNNER = "--runner=FnApiRunner"
+
+
+@pytest.fixture(scope="session")
+def miniature_root(tmp_path_factory) -> str:
+    """Every registered scenario's miniature source, under one root."""
+    root = str(tmp_path_factory.mktemp("miniature_sources"))
+    return ensure_miniature_sources(root, load_scenarios())
+
+
+def run(output: str, sources_root: str, scenarios: str, *extra: str) -> dict:
+    """Build into `output`; returns reports/build.json."""
+    return run_build([f"--output={output}", f"--sources_root={sources_root}",
+                      f"--scenarios={scenarios}", RUNNER, *extra])
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def shard_files(output: str) -> dict[str, bytes]:
+    """Relative path -> bytes of every Parquet shard under `output`."""
+    found = {}
+    for folder, _, names in os.walk(output):
+        for name in names:
+            if name.endswith(".parquet"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    found[os.path.relpath(path, output)] = handle.read()
+    return found
+
+
+@pytest.fixture(scope="session")
+def built_miniature(tmp_path_factory, miniature_root) -> str:
+    """One default build of every scenario from the miniature sources, shared by read-only tests."""
+    output = str(tmp_path_factory.mktemp("built") / "proactivebench")
+    run(output, miniature_root, "all")
+    return output

@@ -59,8 +59,14 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     if root is None and missing:
         root = ensure_miniature_sources(_absolute(DEFAULT_MINIATURE_ROOT),
                                         {n: scenarios[n] for n in missing})
-    return {n: overrides.get(n) or fileio.join(_absolute(root), load_manifest(n)["source_subdir"])
-            for n in scenarios}
+    sources = {n: overrides.get(n) or fileio.join(_absolute(root), load_manifest(n)["source_subdir"])
+               for n in scenarios}
+    absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
+    if absent:
+        raise SystemExit("source folders not found: " + "; ".join(
+            f"{n}: {url}" for n, url in sorted(absent.items())) + " (see README, 'Building from "
+            "the real downloads', for the layout each scenario expects)")
+    return sources
 
 
 def selection_settings(opts: BuildOptions) -> dict:

@@ -1,0 +1,70 @@
+"""The output folder: `load_dataset` decodes every frame of every config, the dataset card lists
+every config, and the upstream export matches what the upstream environments read."""
+from __future__ import annotations
+
+import json
+import os
+
+import datasets
+import pytest
+import yaml
+
+from conftest import read_jsonl
+from proactivebench_builder.pipeline.records import UPSTREAM_COMMON_FIELDS
+from proactivebench_builder.transforms import load_scenarios
+
+CONFIGS = sorted(cls.config_name for cls in load_scenarios().values())
+
+
+def _card(output: str) -> dict:
+    text = open(os.path.join(output, "README.md"), encoding="utf-8").read()
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+def test_card_lists_every_config_with_both_splits(built_miniature):
+    configs = {c["config_name"]: c for c in _card(built_miniature)["configs"]}
+    assert sorted(configs) == CONFIGS
+    for config in configs.values():
+        assert [d["split"] for d in config["data_files"]] == ["test", "unfiltered"]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_load_dataset_decodes_every_frame(built_miniature, config):
+    rows = datasets.load_dataset(built_miniature, name=config, split="test")
+    assert len(rows) > 0
+    for row in rows:
+        assert len(row["frames"]) == len(row["frame_ids"]) >= 1
+        for frame in row["frames"]:
+            frame.load()
+            assert frame.size[0] > 0 and frame.size[1] > 0
+    ids = rows["id"]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_upstream_export_matches_the_environments(built_miniature, config):
+    folder = os.path.join(built_miniature, "upstream")
+    records = read_jsonl(os.path.join(folder, f"{config}_preprocessed.jsonl"))
+    assert [r["id"] for r in records] == sorted(r["id"] for r in records)
+    keys = sorted(r["key"] for r in records)
+    assert [r["id"] for r in sorted(records, key=lambda r: r["key"])] == list(range(len(keys)))
+    scenario = next(c for c in load_scenarios().values() if c.config_name == config)(0, "/")
+    for record in records:
+        assert set(UPSTREAM_COMMON_FIELDS) <= set(record)
+        assert isinstance(record["id"], int) and isinstance(record["first_image"], int)
+        assert isinstance(record["num_images"], int) and isinstance(record["reference_image"], int)
+        assert isinstance(record["prompt"], str) and isinstance(record["answer"], str)
+        assert all(isinstance(o, str) for o in record["options"] + record["categories"])
+        assert record["answer"] in record["categories"] and len(record["categories"]) == 4
+        for frame_id in record["frame_ids"]:
+            path = os.path.join(folder, scenario.frame_path(record, frame_id))
+            assert os.path.isfile(path), f"{config} id {record['id']}: {path} missing"
+
+
+def test_build_report_accounts_for_every_raw_item(built_miniature):
+    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))
+    for name, entry in report["scenarios"].items():
+        assert entry["accounted"], name
+        assert entry["rows"]["unfiltered"] == entry["samples"]
+        assert entry["rows"]["test"] == entry["kept"]
+    assert report["stamp"]["manifests"] and "code_version" in report["stamp"]

@@ -1,0 +1,714 @@
+"""The seven ProactiveBench environments as one small state machine with per-scenario rules.
+
+Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`, described in
+`reference/benchmark_construction.md` §1.2, §1.4, §2 and `sources_image.md` §1.8, §3.7): the same
+answer on the same record moves the environment the same way and scores the same.
+
+One turn (`Environment.step`), as upstream's `evaluate_generated_answer`:
+1. the accepted answers of the current state are computed (per-scenario rules);
+2. the answer is matched against the displayed proactive/abstain block (letters from A) and
+   against the 4 categories (letters shifted by that block's length), see `prompts.evaluate_answer`;
+3. neither correct -> stop (wrong); correct category -> stop (right); correct option -> the
+   option's action (by keyword, `transforms.vocabulary`), restricted to the scenario's actions;
+4. num_turns += 1; reaching the step cap stops; otherwise the next state is prepared.
+
+Per-scenario rules (state = image + displayed options):
+- ROD: LEFT/RIGHT move -1/+1 modulo num_images; on the first turn only the moves are accepted
+  (a category there is wrong); cap num_images.
+- VSOD: REWIND/WAIT move -1/+1 modulo num_images; cap num_images.
+- MVP-N: next frame = valid_images[num_turns]; on the last turn (num_turns+1 == num_images)
+  only the category is accepted; cap num_images.
+- ImageNet-C: the only accepted proactive option is `quality_answer` (if it is not among the
+  options, as in the random-suggestion probe, every non-abstain option is); each move is
+  severity -1; last turn category only; cap num_images.
+- QuickDraw: DETAILS adds a stroke (+1); last turn category only; cap num_images.
+- ChangeIt: REWIND/WAIT move -/+ step_size, not circular; "Rewind the video." is hidden while
+  image_id - step_size < 0, else the first "Wait for the" option is hidden while
+  image_id + step_size >= num_images (upstream's elif: only one is hidden); cap max_steps.
+- COCO: one frame (the full image); the view is a crop computed from the record's crop and the
+  current steps (`coco_crop_box`); a move on an axis grows that axis' step linearly; exhausted
+  directions' options are removed; caps granularity / 2*granularity (diagonal) / granularity+1
+  (zoom). Reference mode shows the uncropped image.
+
+Modes: "mcqa" (the loop above), "reference" (the reference frame, the 4 categories only, one
+turn), "oeg" (one turn, no options; the answer is scored by a judge, see `runtime.open_ended`).
+`hint` appends the scenario hint (the generic OEG hint in "oeg" mode), `history` keeps the
+earlier turns in each observation, `random_suggestions` is the random-proactive-suggestion probe.
+
+Choices where upstream is silent or crashes ([I]/[?] points, documented here):
+- Random-suggestion probe: upstream's `random=True` keeps every option visible, counts every
+  non-abstain option as correct and then performs a *random* action of the scenario; the records
+  with replaced options were not released. We replace every non-abstain option of the record by
+  a distinct option from other scenarios whose action is not in this scenario's action space
+  (`FOREIGN_SUGGESTIONS`), picked with a Random seeded by (seed, key); the random action uses the
+  same generator, so runs are reproducible (upstream uses the unseeded global `random`).
+- Upstream asserts (crashes) when a correct option names no action of the scenario, or when a
+  ChangeIt move leaves the video (possible only if both ends bind at once); we raise
+  `MalformedRecord` for the first and end the episode as wrong for the second.
+- Frames come from the row: frame k of `frames` shows template slot value `frame_ids[k]`.
+  Upstream's path patch for one corrupt ROD file (`..._greenr-banana-s6`) is a file-level fix the
+  builder resolves, not a state change, so it has no counterpart here.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import random
+from dataclasses import dataclass, field
+
+from PIL import Image
+
+from proactivebench_builder.runtime import prompts
+from proactivebench_builder.runtime.prompts import CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD
+from proactivebench_builder.transforms import vocabulary
+
+MODES = ("mcqa", "reference", "oeg")
+STOP = "STOP"
+
+REWIND_OPTION = "Rewind the video."
+WAIT_MARKER = "Wait for the"
+COCO_MOVE_OPTIONS = {
+    "LEFT": "Move the camera to the left.", "RIGHT": "Move the camera to the right.",
+    "UP": "Move the camera up.", "DOWN": "Move the camera down.",
+}
+COCO_ZOOM_OPTION = "Move farther from the object."
+
+# Proactive options of every scenario, for the random-suggestion probe: a scenario is offered
+# only those whose action it does not have (e.g. "Rewind the video." for QuickDraw).
+FOREIGN_SUGGESTIONS = (
+    "Move the occluding object to the left.", "Move the occluding object to the right.",
+    "Rewind the video.", "Wait for the occlusion to disappear.",
+    "Rotate the object.", "Change the camera angle of the object.",
+    "Increase the brightness.", "Increase the contrast.", "Increase the saturation.",
+    "Deblur the image.", "Denoise the image.", "Remove the JPEG compression.",
+    "Increase image resolution.",
+    "Make this drawing more complete.", "Add more details.",
+    "Move the camera up.", "Move the camera down.", "Move farther from the object.",
+)
+
+_ALIASES = {
+    "realistic-occlusion-dataset": ROD, "rod": ROD,
+    "occlusiondataset-mm20": VSOD, "vsod": VSOD,
+    "mvp-n": MVPN, "mvpn": MVPN,
+    "imagenet-c": INC, "imagenet_c": INC, "in-c": INC, "inc": INC,
+    "quickdraw": QD, "qd": QD,
+    "changeit": CIT, "cit": CIT,
+    "coco2014": COCO, "coco": COCO,
+}
+
+
+class MalformedRecord(ValueError):
+    """A record the upstream environment would reject (it asserts)."""
+
+
+def resolve_config(name: str) -> str:
+    """Upstream config name from a config name, a scenario name or a short name."""
+    config = _ALIASES.get(name.strip().lower())
+    if config is None:
+        raise ValueError(f"unknown scenario/config {name!r}; known: {', '.join(CONFIGS)}")
+    return config
+
+
+def config_of(record: dict, config: str | None = None) -> str:
+    """The record's config: the explicit argument, else the prefix of `key` ("QuickDraw/...")."""
+    if config:
+        return resolve_config(config)
+    key = record.get("key") or ""
+    prefix = key.split("/", 1)[0]
+    if not prefix:
+        raise ValueError("record has no `key`; pass config= explicitly")
+    return resolve_config(prefix)
+
+
+def decode_frame(frame) -> Image.Image:
+    """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes."""
+    if isinstance(frame, Image.Image):
+        return frame
+    data = frame.get("bytes") if isinstance(frame, dict) else frame
+    if not data:
+        raise MalformedRecord("frame without bytes (frames must come from the row)")
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+@dataclass
+class Turn:
+    """One played turn, for trajectories and conversation history."""
+    image_id: int
+    prompt: str
+    options: list[str]
+    answer_text: str
+    action_evaluation: str
+    category_evaluation: str
+    chosen: str
+    action: str
+    image: Image.Image | None = field(default=None, repr=False)
+
+
+@dataclass
+class Observation:
+    image: Image.Image | None
+    image_id: int
+    prompt: str                  # the full text the model sees
+    question: str                # pre-prompt + question (+ hint), without the option list
+    options: list[str]           # displayed options (proactive/abstain block, then categories)
+    done: bool
+    correct: bool | None         # None while running, and in "oeg" mode (a judge scores it)
+    num_turns: int
+    max_steps: int
+    history: list[Turn] = field(default_factory=list, repr=False)
+    last_turn: Turn | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-scenario rules. Each hook reads the environment's state; `Environment` owns the loop.
+
+
+class Rules:
+    config = ""
+    actions: tuple[str, ...] = ()
+
+    def setup(self, env: "Environment") -> None:
+        """Scenario state beyond image_id / num_turns."""
+
+    def max_steps(self, env: "Environment") -> int:
+        return env.record["num_images"]
+
+    def valid_images(self, env: "Environment") -> list[int]:
+        return list(range(env.record["num_images"]))
+
+    def hint(self, env: "Environment") -> str:
+        return prompts.HINTS[self.config]
+
+    def displayed_options(self, env: "Environment") -> list[str]:
+        return list(env.options)
+
+    def base_correct_options(self, env: "Environment") -> list[str]:
+        """Options accepted as proactive moves before state-dependent removal (upstream's
+        index_correct_options): every non-abstain option."""
+        return [o for o in env.options if not vocabulary.is_abstain(o)]
+
+    def accepted(self, env: "Environment") -> tuple[list[str], list[str]]:
+        """(accepted proactive options, accepted categories) in the current state."""
+        return list(env.correct_options), [env.answer]
+
+    def next_image(self, env: "Environment", action: str) -> int:
+        raise NotImplementedError
+
+    def transform(self, env: "Environment", image: Image.Image) -> Image.Image:
+        return image
+
+    def open_ended_answers(self, env: "Environment") -> str:
+        raise NotImplementedError
+
+    def distance_to_reference(self, env: "Environment") -> float:
+        """How far the current state is from the reference view; the oracle policy greedily
+        reduces it."""
+        return abs(env.image_id - env.record["reference_image"])
+
+
+def _categories_text(categories: list[str]) -> str:
+    return ", ".join(c.replace(".", "") for c in categories)
+
+
+class _LastTurnCategoryOnly(Rules):
+    """MVP-N, ImageNet-C, QuickDraw: on the last turn only the category is accepted."""
+
+    def accepted(self, env):
+        if env.num_turns + 1 < env.record["num_images"]:
+            return list(env.correct_options), [env.answer]
+        return [], [env.answer]
+
+
+class RODRules(Rules):
+    config, actions = ROD, ("LEFT", "RIGHT")
+
+    def accepted(self, env):
+        if env.last_action is None:     # first turn: answering is infeasible, only moves count
+            return list(env.correct_options), []
+        return list(env.correct_options), [env.answer]
+
+    def next_image(self, env, action):
+        step = -1 if action == "LEFT" else 1
+        return (env.image_id + step) % env.record["num_images"]
+
+    def open_ended_answers(self, env):
+        return "Move the blocks, Move the camera."
+
+    def distance_to_reference(self, env):
+        n, d = env.record["num_images"], abs(env.image_id - env.record["reference_image"])
+        return min(d, n - d)
+
+
+class VSODRules(Rules):
+    config, actions = VSOD, ("REWIND", "FORWARD")
+
+    def next_image(self, env, action):
+        step = -1 if action == "REWIND" else 1
+        return (env.image_id + step) % env.record["num_images"]
+
+    def open_ended_answers(self, env):
+        return ("Wait for the occlusion to disappear, Rewind the video, Move the camera, "
+                + _categories_text([env.answer]) + ".")
+
+    def distance_to_reference(self, env):
+        n, d = env.record["num_images"], abs(env.image_id - env.record["reference_image"])
+        return min(d, n - d)
+
+
+class MVPNRules(_LastTurnCategoryOnly):
+    config, actions = MVPN, ("ROTATE",)
+
+    def valid_images(self, env):
+        return list(env.record["valid_images"])
+
+    def next_image(self, env, action):
+        return env.record["valid_images"][env.num_turns]
+
+    def open_ended_answers(self, env):
+        return "Rotate the object, Move the camera."
+
+    def distance_to_reference(self, env):
+        # The informative view is reached only on the last turn: distance = turns left.
+        return env.record["num_images"] - 1 - env.num_turns
+
+
+class INCRules(_LastTurnCategoryOnly):
+    config = INC
+    actions = ("BRIGHTNESS", "CONTRAST", "SATURATE", "BLUR", "NOISE", "JPEG_COMPRESSION",
+               "PIXELATE", "ARTIFACTS")
+
+    def valid_images(self, env):
+        return [1, 2, 3, 4, 5]
+
+    def base_correct_options(self, env):
+        if env.record.get("quality_answer") in env.options:
+            return [env.record["quality_answer"]]
+        if not env.random_suggestions:
+            raise MalformedRecord(f"quality_answer {env.record.get('quality_answer')!r} "
+                                  "is not one of the options")
+        return super().base_correct_options(env)
+
+    def next_image(self, env, action):
+        return env.image_id - 1
+
+    def open_ended_answers(self, env):
+        options, categories = self.accepted(env)
+        return ", ".join(a.replace(".", "") for a in options + categories) + "."
+
+
+class QDRules(_LastTurnCategoryOnly):
+    config, actions = QD, ("DETAILS",)
+
+    def next_image(self, env, action):
+        return env.image_id + 1
+
+    def open_ended_answers(self, env):
+        return "Add more details to the drawing, " + _categories_text([env.answer]) + "."
+
+
+def _without_first_wait(options: list[str]) -> list[str]:
+    """Remove the first option holding "Wait for the"; upstream's loop removes the last option
+    when none does, and so do we."""
+    options = list(options)
+    index = next((i for i, o in enumerate(options) if WAIT_MARKER in o), len(options) - 1)
+    if options:
+        options.remove(options[index])
+    return options
+
+
+class CITRules(Rules):
+    config, actions = CIT, ("REWIND", "FORWARD")
+
+    def max_steps(self, env):
+        return env.record["max_steps"]
+
+    def _trim(self, env, options):
+        step = env.record["step_size"]
+        if env.random_suggestions:
+            return list(options)
+        if env.image_id - step < 0:
+            return [o for i, o in enumerate(options) if i != _index_or(options, REWIND_OPTION)]
+        if env.image_id + step >= env.record["num_images"]:
+            return _without_first_wait(options)
+        return list(options)
+
+    def displayed_options(self, env):
+        return self._trim(env, env.options)
+
+    def accepted(self, env):
+        return self._trim(env, env.correct_options), [env.answer]
+
+    def next_image(self, env, action):
+        step = env.record["step_size"]
+        return env.image_id - step if action == "REWIND" else env.image_id + step
+
+    def open_ended_answers(self, env):
+        options, categories = self.accepted(env)
+        # Upstream appends the rewind option unconditionally ("first frame never has rewind").
+        options = options + [REWIND_OPTION]
+        return ",".join(a.replace(".", "") for a in options + categories) + "."
+
+
+def _index_or(options: list[str], text: str) -> int:
+    """Index of `text` (upstream's list.remove), -1 when absent."""
+    return options.index(text) if text in options else -1
+
+
+class COCORules(Rules):
+    config = COCO
+
+    def setup(self, env):
+        record = env.record
+        direction, g = record["direction"], record["granularity"]
+        env.h_step, env.v_step = record["horizontal_step"], record["vertical_step"]
+        env.h_turns = env.v_turns = 0
+        env.max_h = env.max_v = 0
+        if "zoom" in direction:
+            env.coco_actions = ("ZOOM",)
+            env.coco_max_steps = g + 1
+            env.max_h, env.max_v = env.h_step * (g + 1), env.v_step * (g + 1)
+            return
+        env.coco_max_steps = g if "_" not in direction else 2 * g
+        actions = []
+        for name in ("up", "down", "left", "right"):
+            if name in direction:
+                actions.append(name.upper())
+                if name in ("up", "down"):
+                    env.max_v = env.v_step * g
+                else:
+                    env.max_h = env.h_step * g
+        env.coco_actions = tuple(actions)
+
+    def max_steps(self, env):
+        return env.coco_max_steps
+
+    def hint(self, env):
+        return prompts.COCO_ZOOM_HINT if "zoom" in env.record["direction"] else \
+            prompts.COCO_MOVE_HINT
+
+    def _trim(self, env, options):
+        options = list(options)
+        if env.random_suggestions:
+            return options
+        if env.record["direction"] == "zoom":
+            if env.h_step == env.max_h:
+                options = [o for o in options if o != COCO_ZOOM_OPTION]
+            return options
+        removed = set()
+        if env.h_step >= env.max_h:
+            removed |= {COCO_MOVE_OPTIONS["LEFT"], COCO_MOVE_OPTIONS["RIGHT"]}
+        if env.v_step >= env.max_v:
+            removed |= {COCO_MOVE_OPTIONS["UP"], COCO_MOVE_OPTIONS["DOWN"]}
+        return _remove_first_each(options, removed)
+
+    def displayed_options(self, env):
+        return self._trim(env, env.options)
+
+    def accepted(self, env):
+        return self._trim(env, env.correct_options), [env.answer]
+
+    def next_image(self, env, action):
+        if action in ("LEFT", "RIGHT", "ZOOM"):
+            env.h_turns += 1
+            env.h_step = env.h_step / env.h_turns * (env.h_turns + 1)
+        if action in ("UP", "DOWN", "ZOOM"):
+            env.v_turns += 1
+            env.v_step = env.v_step / env.v_turns * (env.v_turns + 1)
+        return env.image_id
+
+    def transform(self, env, image):
+        if env.mode == "reference":
+            return image
+        return image.crop(coco_crop_box(env.record, env.h_step, env.v_step))
+
+    def open_ended_answers(self, env):
+        return ("Move the camera, Move farther from the object, "
+                + _categories_text([env.answer]) + ".")
+
+    def distance_to_reference(self, env):
+        # The full view is reached by exhausting the moves: distance = steps still to grow.
+        h_left = (env.max_h - env.h_step) / env.record["horizontal_step"] if env.max_h else 0
+        v_left = (env.max_v - env.v_step) / env.record["vertical_step"] if env.max_v else 0
+        return max(h_left, 0) + max(v_left, 0)
+
+
+def _remove_first_each(options: list[str], texts: set[str]) -> list[str]:
+    """list.remove of each text (its first occurrence), as upstream removes exhausted moves."""
+    options = list(options)
+    for text in sorted(texts):
+        if text in options:
+            options.remove(text)
+    return options
+
+
+def coco_crop_box(record: dict, h_step: float, v_step: float) -> tuple:
+    """The PIL crop box (left, upper, right, lower) of a COCO view (sources_image.md §3.7).
+
+    For moves, `crop.width`/`crop.height` act as right/bottom coordinates and one side extends
+    by the current step; for "zoom" they are sizes (top/left are added back) and every side
+    grows. The first view already includes one step."""
+    crop, direction = record["crop"], record["direction"]
+    zoom = "zoom" in direction
+    top = crop["top"] - v_step if ("up" in direction or zoom) else crop["top"]
+    left = crop["left"] - h_step if ("left" in direction or zoom) else crop["left"]
+    bottom = crop["height"] + v_step if ("down" in direction or zoom) else crop["height"]
+    right = crop["width"] + h_step if ("right" in direction or zoom) else crop["width"]
+    if direction == "zoom":
+        bottom += crop["top"]
+        right += crop["left"]
+    return (left, top, right, bottom)
+
+
+RULES = {rules.config: rules for rules in (RODRules(), VSODRules(), MVPNRules(), INCRules(),
+                                           QDRules(), CITRules(), COCORules())}
+
+
+def action_space(config: str, record: dict | None = None) -> tuple[str, ...]:
+    if config == COCO:
+        direction = (record or {}).get("direction", "")
+        if "zoom" in direction:
+            return ("ZOOM",)
+        return tuple(n.upper() for n in ("up", "down", "left", "right") if n in direction)
+    return RULES[config].actions
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Environment:
+    """One sample's episode. `reset()` gives the first observation, `step(answer)` the next."""
+
+    def __init__(self, record: dict, config: str, mode: str = "mcqa", hint: bool = False,
+                 random_suggestions: bool = False, history: bool = False, seed: int = 0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.record = record
+        self.config = config
+        self.rules = RULES[config]
+        self.mode = mode
+        self.hint = hint
+        self.random_suggestions = random_suggestions
+        self.keep_history = history
+        self.seed = seed
+        self.key = str(record.get("key") or record.get("id"))
+        self.answer = record["answer"]
+        self.categories = list(record["categories"])
+        if self.answer not in self.categories:
+            raise MalformedRecord(f"answer {self.answer!r} is not among {self.categories}")
+        self._frames = self._index_frames(record)
+        self.reset()
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def reset(self) -> Observation:
+        self._rng = random.Random(f"{self.seed}|{self.config}|{self.key}|random-suggestions")
+        self.options = self._stored_options()
+        self.correct_options = self.rules.base_correct_options(self)
+        self.image_id = self.record["first_image"]
+        self.last_action = None
+        self.num_turns = 0
+        self.done = False
+        self.correct = None if self.mode == "oeg" else False
+        self.turns: list[Turn] = []
+        self.rules.setup(self)
+        # Reference mode keeps the scenario cap, as upstream (any answer ends it after one turn).
+        self.max_steps = 1 if self.mode == "oeg" else self.rules.max_steps(self)
+        self.valid_images = self.rules.valid_images(self)
+        return self.observe()
+
+    def _stored_options(self) -> list[str]:
+        options = list(self.record["options"])
+        if not self.random_suggestions:
+            return options
+        own = set(action_space(self.config, self.record))
+        pool = [o for o in FOREIGN_SUGGESTIONS if vocabulary.action_of(o) not in own]
+        rng = random.Random(f"{self.seed}|{self.config}|{self.key}|foreign-options")
+        picks = iter(rng.sample(pool, sum(not vocabulary.is_abstain(o) for o in options)))
+        return [o if vocabulary.is_abstain(o) else next(picks) for o in options]
+
+    def _index_frames(self, record: dict) -> dict:
+        frames, ids = record.get("frames"), record.get("frame_ids")
+        if frames is None or ids is None or len(frames) != len(ids):
+            raise MalformedRecord("record needs `frames` and `frame_ids` of equal length")
+        return dict(zip(ids, frames))
+
+    def frame(self, image_id: int) -> Image.Image:
+        if image_id not in self._frames:
+            raise MalformedRecord(f"{self.key}: frame {image_id} is not in frame_ids")
+        image = self._frames[image_id]
+        if not isinstance(image, Image.Image):
+            image = self._frames[image_id] = decode_frame(image)
+        return image
+
+    # ---- what the model sees ----------------------------------------------------------------
+
+    def displayed_options(self) -> list[str]:
+        """The proactive/abstain block as displayed now (empty in reference and oeg modes)."""
+        if self.mode != "mcqa":
+            return []
+        return self.rules.displayed_options(self)
+
+    def question(self) -> str:
+        record = self.record
+        text = record["prompt"]
+        if self.mode == "reference":
+            text = prompts.REFERENCE_PROMPTS.get(self.config, text)
+        hint = None
+        if self.hint:
+            hint = prompts.OEG_HINT if self.mode == "oeg" else self.rules.hint(self)
+        # In OEG the generic hint is appended after the pre-prompted question (tests/oeg.py).
+        return prompts.compose_question(text, prompts.PRE_PROMPTS.get(self.config, ""), hint)
+
+    def current_image(self) -> Image.Image:
+        image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
+        image = self.frame(image_id).convert("RGB")
+        return self.rules.transform(self, image)
+
+    def observe(self) -> Observation:
+        options = [] if self.mode == "oeg" else self.displayed_options() + self.categories
+        question = self.question()
+        prompt = question if self.mode == "oeg" else prompts.multi_choice_prompt(question, options)
+        image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
+        return Observation(
+            image=self.current_image(), image_id=image_id, prompt=prompt, question=question,
+            options=options, done=self.done, correct=self.correct, num_turns=self.num_turns,
+            max_steps=self.max_steps,
+            history=list(self.turns) if self.keep_history else [],
+            last_turn=self.turns[-1] if self.turns else None)
+
+    def accepted_answers(self) -> tuple[list[str], list[str]]:
+        """(proactive options, categories) that count as correct in the current state."""
+        if self.mode == "reference":
+            return [], [self.answer]
+        return self.rules.accepted(self)
+
+    def valid_proactive_options(self) -> list[str]:
+        """The displayed options that count as correct proactive moves now."""
+        if self.mode != "mcqa" or self.done:
+            return []
+        accepted = self.accepted_answers()[0]
+        return [o for o in self.displayed_options() if o in accepted]
+
+    def open_ended_answers(self) -> str:
+        """Upstream's `get_open_ended_gen_answers` for the first state (comma-separated)."""
+        return self.rules.open_ended_answers(self)
+
+    # ---- one turn ---------------------------------------------------------------------------
+
+    def step(self, answer_text: str) -> Observation:
+        if self.done:
+            raise RuntimeError("episode is over; call reset()")
+        shown = self.observe() if self.keep_history else None
+        if self.mode == "oeg":
+            return self._record_open_ended(answer_text, shown)
+        accepted_options, accepted_categories = self.accepted_answers()
+        block = self.displayed_options()
+        if self.mode == "reference":
+            action_eval, chosen_action = "mismatch", ""
+            category_eval, chosen_category = prompts.evaluate_answer(
+                answer_text, accepted_categories, self.categories, shift=0)
+        else:
+            action_eval, chosen_action = prompts.evaluate_answer(
+                answer_text, accepted_options, block, shift=0)
+            category_eval, chosen_category = prompts.evaluate_answer(
+                answer_text, accepted_categories, self.categories, shift=len(block))
+        if category_eval == "correct":
+            action, self.correct = STOP, True
+        elif action_eval == "correct":
+            action = self._action_of(chosen_action)
+        else:
+            action = STOP
+        chosen = chosen_category if category_eval != "mismatch" else chosen_action
+        self._log_turn(answer_text, action_eval, category_eval, chosen, action, shown)
+        self.num_turns += 1
+        if self.num_turns == self.max_steps:
+            action = STOP
+        if action != STOP:
+            action = self._move(action)
+        self.last_action = action
+        self.done = action == STOP
+        return self.observe()
+
+    def _action_of(self, option: str) -> str:
+        """The action an accepted option requests, as upstream's `_parse_action`: the first
+        keyword (in upstream's order) of an action this scenario has; in the random probe a
+        random keyword of the scenario's actions instead."""
+        allowed = action_space(self.config, self.record)
+        keywords = [k for k, a in vocabulary.ACTION_KEYWORDS.items() if a in allowed]
+        if self.random_suggestions:
+            return vocabulary.ACTION_KEYWORDS[self._rng.choice(keywords)]
+        found = [vocabulary.ACTION_KEYWORDS[k] for k in keywords if k in option.lower()]
+        if not found or (len(found) > 1 and set(found) != {"ROTATE"}):
+            raise MalformedRecord(f"{self.key}: option {option!r} maps to actions {found} "
+                                  f"within {allowed}")
+        return found[0]
+
+    def _move(self, action: str) -> str:
+        next_id = self.rules.next_image(self, action)
+        if next_id not in self.valid_images:
+            # Upstream stops here in the random probe (ChangeIt) and asserts otherwise.
+            return STOP
+        self.image_id = next_id
+        return action
+
+    def _log_turn(self, answer_text, action_eval, category_eval, chosen, action, shown):
+        # image_id as upstream's image_id_history (first_image even in reference mode).
+        self.turns.append(Turn(
+            image_id=self.image_id,
+            prompt=shown.prompt if shown else "", options=shown.options if shown else [],
+            answer_text=answer_text, action_evaluation=action_eval,
+            category_evaluation=category_eval, chosen=chosen, action=action,
+            image=shown.image if shown else None))
+
+    def _record_open_ended(self, answer_text: str, shown) -> Observation:
+        self._log_turn(answer_text, "", "", "", STOP, shown)
+        self.num_turns += 1
+        self.done = True
+        return self.observe()
+
+    # ---- results ----------------------------------------------------------------------------
+
+    def statistics(self) -> dict:
+        """Upstream's `get_statistics` plus the key: enough to recompute acc and psr."""
+        return {
+            "key": self.record.get("key"), "id": self.record.get("id"), "config": self.config,
+            "num_turns": self.num_turns,
+            "generated_answers": [t.answer_text for t in self.turns],
+            "action_evaluations": [t.action_evaluation for t in self.turns],
+            "category_evaluations": [t.category_evaluation for t in self.turns],
+            "correct_prediction": bool(self.correct),
+            "image_id_history": [t.image_id for t in self.turns],
+            "action_history": [t.action for t in self.turns],
+            "max_steps": self.num_turns == self.max_steps,
+        }
+
+    def distance_to_reference(self) -> float:
+        return self.rules.distance_to_reference(self)
+
+    def clone(self) -> "Environment":
+        """An independent copy sharing the (read-only) frames, to look one answer ahead."""
+        twin = copy.copy(self)
+        twin.turns = list(self.turns)
+        twin._rng = copy.deepcopy(self._rng)
+        return twin
+
+
+def make_environment(record: dict, mode: str = "mcqa", hint: bool = False,
+                     random_suggestions: bool = False, history: bool = False, seed: int = 0,
+                     config: str | None = None) -> Environment:
+    """The environment for one benchmark row (our Parquet row, the same with frames decoded by
+    `datasets`, or an upstream JSONL record with frames attached by `runtime.loading`)."""
+    if random_suggestions and mode != "mcqa":
+        raise ValueError("the random-suggestion probe is an MCQA ablation")
+    return Environment(record, config_of(record, config), mode=mode, hint=hint,
+                       random_suggestions=random_suggestions, history=history, seed=seed)
+
+
+def _check_foreign_pool() -> None:
+    for option in FOREIGN_SUGGESTIONS:
+        vocabulary.action_of(option)     # raises when an option names no action or several
+
+
+_check_foreign_pool()

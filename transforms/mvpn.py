@@ -322,7 +322,8 @@ class MVPN(Scenario):
                 rng = random.Random(f"{seed}/mvpn/{split}/{class_folder}")
                 sets = _write_miniature_sets(root, split, class_folder, c_index, rng, params)
                 if split != "train":
-                    samples = _miniature_samples(sets, rng, int(params["miniature_samples_per_list"]))
+                    count = int(params["miniature_samples_per_list"])
+                    samples = _miniature_samples(sets, rng, count)
                     fileio.write_bytes_atomic(
                         fileio.join(root, "data", f"{split}_list",
                                     f"{split}_{class_folder}_100.pkl"),

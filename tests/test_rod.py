@@ -1,0 +1,342 @@
+"""ROD scenario: the record semantics the upstream ROD environment relies on (field by field),
+pass-through JPEG frames read straight from the tar.gz archives, upstream's s6 substitution, the
+upstream export, determinism, dead letters for every kind of bad raw item, and the accounting."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from conftest import read_jsonl, run, shard_files
+from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.transforms.base import BadItem
+from proactivebench_builder.transforms.rod import (
+    MOVE_LEFT, MOVE_RIGHT, QUESTIONS, ROD, normalise_class, occluder_of, parse_stem,
+    sweep_frame, tar_gz)
+
+CONFIG = "Realistic-Occlusion-Dataset"
+MANIFEST = load_manifest("rod")
+PARAMS = MANIFEST["parameters"]
+SEQUENCES = {s["sequence"]: s for s in PARAMS["miniature_sequences"]}
+
+
+@pytest.fixture(scope="module")
+def sources_root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("rod_sources"))
+    ensure_miniature_sources(root, {"rod": ROD})
+    return root
+
+
+@pytest.fixture(scope="module")
+def source(sources_root) -> str:
+    return os.path.join(sources_root, MANIFEST["source_subdir"])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
+    output = str(tmp_path_factory.mktemp("rod_build") / "out")
+    return output, run(output, sources_root, "rod")
+
+
+@pytest.fixture(scope="module")
+def rows(built) -> list[dict]:
+    output, _ = built
+    table = pq.read_table(os.path.join(output, CONFIG))
+    return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+
+def members(source: str) -> dict[str, bytes]:
+    """Base name -> bytes of every photo in the miniature's archives."""
+    found = {}
+    for name in sorted(os.listdir(source)):
+        if name.endswith(".tar.gz"):
+            with tarfile.open(os.path.join(source, name)) as tar:
+                for m in tar.getmembers():
+                    found[os.path.basename(m.name)] = tar.extractfile(m).read()
+    return found
+
+
+# ---- record semantics ------------------------------------------------------------------------
+
+def test_one_sample_per_sequence(rows):
+    assert [r["key"] for r in rows] == sorted(f"{CONFIG}/{s}" for s in SEQUENCES)
+    assert [r["id"] for r in rows] == list(range(len(rows)))
+
+
+def test_frames_and_navigation_fields(rows):
+    for row in rows:
+        assert row["num_images"] == 14
+        assert row["frame_ids"] == list(range(14))
+        assert row["first_image"] == 7          # the central, most occluded photo
+        assert row["reference_image"] == 0      # 7 moves either way, modulo 14
+        assert (7 - 7) % 14 == row["reference_image"] == (7 + 7) % 14
+        assert len(row["frames"]) == 14
+        for field in ("strong_occlusions", "valid_images", "quality_answer", "step_size",
+                      "max_steps", "direction", "granularity", "horizontal_step",
+                      "vertical_step", "crop", "question_type"):
+            assert row[field] is None, field
+
+
+def test_template_keeps_the_stem_and_an_unpadded_slot(rows):
+    for row in rows:
+        sequence = row["key"].split("/", 1)[1]
+        assert row["image_template"] == f"{CONFIG}/{sequence}-s{{image}}.jpg"
+        paths = [f["path"] for f in row["frames"]]
+        assert paths == [f"{CONFIG}/{sequence}-s{i}.jpg" for i in range(14)]
+
+
+def test_options_name_the_occluder_of_the_setting(rows):
+    for row in rows:
+        sequence = row["key"].split("/", 1)[1]
+        occluder = occluder_of(sequence.split("-")[0], PARAMS["occluders"])
+        moves = [o for o in row["options"] if not vocabulary.is_abstain(o)]
+        assert sorted(moves) == sorted([MOVE_LEFT.format(occluder=occluder),
+                                        MOVE_RIGHT.format(occluder=occluder)])
+        assert sorted(vocabulary.action_of(o) for o in moves) == ["LEFT", "RIGHT"]
+        abstain = [o for o in row["options"] if vocabulary.is_abstain(o)]
+        assert len(abstain) == 1 and abstain[0] in vocabulary.ABSTAIN_OPTIONS
+        assert row["prompt"] in {q.format(occluder=occluder) for q in QUESTIONS}
+        assert occluder in row["prompt"]
+
+
+def test_categories_and_answer(rows):
+    expected = {"natural_bluebl_greenr-banana": "Banana.",
+                "natural_redbl_greenr-orange": "Orange.",
+                "natural_bluebl_greenr-cowboy hat": "Cowboy hat.",
+                "natural_redcard_whiter-vase": "Vase."}
+    formatted = {vocabulary.format_category(c) for c in MANIFEST["classes"]}
+    for row in rows:
+        assert row["answer"] == expected[row["key"].split("/", 1)[1]]
+        assert len(row["categories"]) == 4 and len(set(row["categories"])) == 4
+        assert row["answer"] in row["categories"]
+        assert set(row["categories"]) <= formatted
+
+
+def test_frames_pass_through_and_s6_is_substituted(rows, source):
+    raw = members(source)
+    for row in rows:
+        sequence = row["key"].split("/", 1)[1]
+        for i, frame in enumerate(row["frames"]):
+            wanted = 5 if (sequence == "natural_bluebl_greenr-banana" and i == 6) else i
+            assert frame["bytes"] == raw[f"{sequence}-s{wanted}.jpg"]
+        size = tuple(SEQUENCES[sequence]["size"])
+        assert Image.open(io.BytesIO(row["frames"][0]["bytes"])).size == size
+    banana = next(r for r in rows if r["key"].endswith("-banana"))
+    assert banana["source"]["files"][6] == "rod_0.tar.gz:natural_bluebl_greenr-banana-s5.jpg"
+    assert banana["source"]["dataset"] == MANIFEST["dataset"]
+
+
+def test_first_frame_is_the_most_occluded(rows):
+    """The occluder covers the object's centre in frame 7 and not in the reference frame."""
+    for row in rows:
+        def centre(i):
+            image = Image.open(io.BytesIO(row["frames"][i]["bytes"])).convert("RGB")
+            return image.getpixel((image.width * 7.5 / 14, image.height // 2))
+        assert centre(7)[1] < 100         # occluder colour (low green)
+        assert centre(0)[1] > 150         # the yellow object
+
+
+def test_mixed_image_sizes(rows):
+    sizes = {Image.open(io.BytesIO(r["frames"][0]["bytes"])).size for r in rows}
+    assert len(sizes) == len(rows)
+
+
+def test_load_dataset_decodes_every_frame(built):
+    datasets = pytest.importorskip("datasets")
+    output, _ = built
+    ds = datasets.load_dataset(output, name=CONFIG, split="test")
+    assert len(ds) == len(SEQUENCES)
+    for row in ds:
+        assert len(row["frames"]) == 14
+        for image in row["frames"]:
+            image.load()
+
+
+def test_upstream_export_has_every_frame(built, rows):
+    output, _ = built
+    lines = read_jsonl(os.path.join(output, "upstream", f"{CONFIG}_preprocessed.jsonl"))
+    assert [line["id"] for line in lines] == [r["id"] for r in rows]
+    for line, row in zip(lines, rows):
+        assert line["image_template"] == row["image_template"]
+        for k, fid in enumerate(line["frame_ids"]):
+            path = os.path.join(output, "upstream", line["image_template"].format(image=fid))
+            with open(path, "rb") as handle:
+                assert handle.read() == row["frames"][k]["bytes"]
+        assert "strong_occlusions" not in line
+
+
+def test_runtime_environment_reaches_the_reference_by_moving(rows):
+    from proactivebench_builder.runtime.environments import Environment
+
+    row = rows[0]
+    moves = [o for o in row["options"] if not vocabulary.is_abstain(o)]
+    left = next(o for o in moves if vocabulary.action_of(o) == "LEFT")
+    env = Environment(row, CONFIG)
+    for _ in range(7):
+        obs = env.step(left)
+        assert not obs.done
+    assert env.image_id == row["reference_image"]
+    assert env.step(row["answer"]).correct is True
+
+
+# ---- accounting and determinism ------------------------------------------------------------
+
+def test_build_report_accounts_for_every_sequence(built):
+    output, report = built
+    r = report["scenarios"]["rod"]
+    assert r["config"] == CONFIG
+    assert r["raw_items"] == 4 and r["samples"] == 4 and r["dead_letters"] == 0
+    assert r["accounted"] is True
+
+
+def test_same_inputs_same_bytes(tmp_path, built, sources_root):
+    output, _ = built
+    again = str(tmp_path / "again")
+    run(again, sources_root, "rod")
+    assert shard_files(again) == shard_files(output)
+
+
+def test_choices_come_from_the_seed():
+    a, b = ROD(0, "/nowhere"), ROD(1, "/nowhere")
+    key = f"{CONFIG}/natural_bluebl_greenr-banana"
+    picks = lambda s: (s.pick_prompt(key, QUESTIONS),  # noqa: E731
+                       s.build_options(key, ["Move the blue blocks to the left.",
+                                             "Move the blue blocks to the right."]),
+                       s.pick_categories(key, "banana", MANIFEST["classes"]))
+    assert picks(a) == picks(ROD(0, "/elsewhere"))
+    assert picks(a) != picks(b)          # another seed, other choices
+
+
+def test_extracted_folder_gives_the_same_samples(tmp_path, rows, source):
+    root = tmp_path / "src"
+    copy = root / MANIFEST["source_subdir"]
+    shutil.copytree(source, copy)
+    for name in sorted(os.listdir(copy)):
+        if name.endswith(".tar.gz"):
+            with tarfile.open(copy / name) as tar:
+                tar.extractall(copy / "extracted", filter="data")
+            os.remove(copy / name)
+    output = str(tmp_path / "out")
+    report = run(output, str(root), "rod")
+    assert report["scenarios"]["rod"]["samples"] == 4
+    folder_rows = sorted(pq.read_table(os.path.join(output, CONFIG)).to_pylist(),
+                         key=lambda r: r["id"])
+    for mine, theirs in zip(folder_rows, rows):
+        assert mine["source"]["files"][0].startswith("extracted/")
+        mine.pop("source")
+        assert mine == {k: v for k, v in theirs.items() if k != "source"}
+
+
+# ---- bad raw items -----------------------------------------------------------------------------
+
+def _jpeg(size=(40, 30), index=0) -> bytes:
+    import random
+
+    return sweep_frame(index, 14, size, (30, 60, 200), random.Random(index))
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
+    """A copy of the miniature with one of each kind of bad raw item added."""
+    root = tmp_path_factory.mktemp("rod_broken")
+    copy = root / MANIFEST["source_subdir"]
+    shutil.copytree(source, copy)
+    bad = []
+    for i in range(14):
+        data = _jpeg(index=i)
+        if i == 3:
+            data = data[: len(data) // 2]                         # truncated photo
+        bad.append((f"natural_redbl_greenr-cup-s{i}.jpg", data))
+        if i != 9:
+            bad.append((f"natural_redbl_greenr-mouse-s{i}.jpg", _jpeg(index=i)))  # s9 missing
+        bad.append((f"natural_bluebl_greenr-giraffe-s{i}.jpg", _jpeg(index=i)))  # unknown class
+        bad.append((f"natural_yellowbl_greenr-plate-s{i}.jpg", _jpeg(index=i)))  # no occluder
+        bad.append((f"natural_redbl_greenr-hammer-s{i}.jpg", _jpeg(index=i)))
+    bad.append(("natural_redbl_greenr-hammer-s14.jpg", _jpeg(index=1)))  # 15th frame
+    bad.append(("dup/natural_bluebl_greenr-skillet-s0.jpg", _jpeg(index=0)))
+    bad += [(f"natural_bluebl_greenr-skillet-s{i}.jpg", _jpeg(index=i)) for i in range(14)]
+    bad.append(("IMG_0001.jpg", _jpeg()))                               # unparseable name
+    bad.append(("notes.txt", b"not a photo"))                           # not a frame
+    (copy / "rod_2.tar.gz").write_bytes(tar_gz(bad))
+    cut = tar_gz([(f"natural_bluebl_greenr-pillow-s{i}.jpg", _jpeg(index=i)) for i in range(14)])
+    (copy / "rod_3.tar.gz").write_bytes(cut[: len(cut) * 2 // 3])       # archive cut short
+    output = str(root / "out")
+    report = run(output, str(root), "rod", "--max_bad_fraction=1")
+    dead = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+    return output, report, dead
+
+
+def test_bad_items_become_dead_letters_with_path_and_reason(broken):
+    _, _, dead = broken
+    by_reason = {}
+    for d in dead:
+        if "pillow" not in d["path"]:     # the cut archive's sequence is checked below
+            by_reason[d["reason"].split(":", 1)[0]] = d
+    assert by_reason["corrupt frame"]["path"] == "rod_2.tar.gz:natural_redbl_greenr-cup-s3.jpg"
+    assert "whole sequence" in by_reason["corrupt frame"]["reason"]
+    assert by_reason["missing frame"]["path"] == "rod_2.tar.gz:natural_redbl_greenr-mouse-s9.jpg"
+    assert by_reason["unknown class"]["reason"] == "unknown class: 'giraffe'"
+    assert "yellowbl" in by_reason["unknown occluder"]["reason"]
+    assert by_reason["unexpected frame"]["path"].endswith("hammer-s14.jpg")
+    assert by_reason["duplicate frame"]["path"].endswith("skillet-s0.jpg")
+    assert by_reason["unparseable frame name"]["path"] == "rod_2.tar.gz:IMG_0001.jpg"
+    assert by_reason["unreadable archive"]["path"] == "rod_3.tar.gz"
+    assert all(d["scenario"] == "rod" for d in dead)
+    pillow = [d for d in dead if "pillow" in d["path"]]
+    assert len(pillow) == 1 and pillow[0]["reason"].startswith("missing frame: ")
+
+
+def test_the_build_goes_on_and_accounts(broken):
+    output, report, dead = broken
+    r = report["scenarios"]["rod"]
+    assert r["samples"] == 4                       # the good sequences still build
+    assert r["excluded"] == {"not_a_frame": 1}
+    assert r["dead_letters"] == len(dead)
+    assert r["raw_items"] == r["samples"] + r["dead_letters"] + 1
+    assert r["accounted"] is True
+    keys = {row["key"] for row in pq.read_table(os.path.join(output, CONFIG)).to_pylist()}
+    assert keys == {f"{CONFIG}/{s}" for s in SEQUENCES}
+
+
+def test_substitution_applies_only_to_a_bad_listed_frame(tmp_path):
+    scenario = ROD(0, str(tmp_path))
+    ref = {"kind": "file", "url": "x"}
+    frames = {str(i): [{"path": f"p-s{i}.jpg", "ext": ".jpg", "ref": dict(ref, url=str(i)),
+                        "error": None}] for i in range(14)}
+    item = {"sequence": "natural_bluebl_greenr-banana", "frames": frames}
+    assert scenario.resolve_frames(item)[6]["ref"]["url"] == "6"       # good copy: kept
+    frames["6"][0]["error"] = "undecodable image"
+    assert scenario.resolve_frames(item)[6]["ref"]["url"] == "5"       # bad copy: s5
+    other = {"sequence": "natural_bluebl_greenr-cup", "frames": frames}
+    with pytest.raises(BadItem, match="corrupt frame: s6"):
+        scenario.resolve_frames(other)
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+def test_stem_parsing_is_lenient_about_the_class():
+    assert parse_stem("natural_bluebl_greenr-banana-s6") == ("natural_bluebl_greenr", "banana", 6)
+    assert parse_stem("natural_bluebl_greenr-cowboy hat-s13")[1] == "cowboy hat"
+    scenario = ROD(0, "/nowhere")
+    for token in ("cowboy hat", "cowboy_hat", "cowboyhat", "Cowboy-Hat", "cowboyhat2"):
+        assert scenario.canonical_class(token) == "cowboy hat"
+    assert normalise_class("banana2") == "banana"
+    with pytest.raises(BadItem, match="unparseable"):
+        parse_stem("banana-6")
+
+
+def test_every_occluder_makes_valid_options():
+    for occluder in PARAMS["occluders"].values():
+        assert vocabulary.action_of(MOVE_LEFT.format(occluder=occluder)) == "LEFT"
+        assert vocabulary.action_of(MOVE_RIGHT.format(occluder=occluder)) == "RIGHT"
+    assert len(QUESTIONS) == 15 and len(set(QUESTIONS)) == 15
+    assert all("{occluder}" in q for q in QUESTIONS)
+    with pytest.raises(BadItem, match="unknown occluder"):
+        occluder_of("natural_bluebl_redbl", PARAMS["occluders"])

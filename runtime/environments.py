@@ -481,7 +481,8 @@ class Environment:
     """One sample's episode. `reset()` gives the first observation, `step(answer)` the next."""
 
     def __init__(self, record: dict, config: str, mode: str = "mcqa", hint: bool = False,
-                 random_suggestions: bool = False, history: bool = False, seed: int = 0):
+                 random_suggestions: bool = False, history: bool = False, seed: int = 0,
+                 preset_options: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.record = record
@@ -492,6 +493,8 @@ class Environment:
         self.random_suggestions = random_suggestions
         self.keep_history = history
         self.seed = seed
+        # The record's options are already the probe's (upstream's random records): keep them.
+        self.preset_options = preset_options
         self.key = str(record.get("key") or record.get("id"))
         self.answer = record["answer"]
         self.categories = list(record["categories"])
@@ -520,7 +523,7 @@ class Environment:
 
     def _stored_options(self) -> list[str]:
         options = list(self.record["options"])
-        if not self.random_suggestions:
+        if not self.random_suggestions or self.preset_options:
             return options
         own = set(action_space(self.config, self.record))
         pool = [o for o in FOREIGN_SUGGESTIONS if vocabulary.action_of(o) not in own]
@@ -712,3 +715,21 @@ def _check_foreign_pool() -> None:
 
 
 _check_foreign_pool()
+
+
+def reachable_frame_ids(record: dict, config: str) -> list[int]:
+    """Every template slot value an episode (any mode) can show, sorted: what a row's
+    `frame_ids` must cover. Used to attach frames to upstream JSONL records."""
+    n, first, ref = record["num_images"], record["first_image"], record["reference_image"]
+    if config == MVPN:
+        ids = set(record["valid_images"])
+    elif config == INC:
+        ids = {1, 2, 3, 4, 5}
+    elif config == CIT:
+        step = record["step_size"] or 1
+        ids = {i for i in range(n) if (i - first) % step == 0}
+    elif config == COCO:
+        ids = set()
+    else:
+        ids = set(range(n))
+    return sorted(ids | {first, ref})

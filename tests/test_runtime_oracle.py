@@ -1,0 +1,225 @@
+"""The runtime's environments: conformance with upstream, and built-in policies on the built
+miniature benchmark.
+
+Conformance. Expected trajectories were *recorded from the upstream package*, not derived by
+hand: `proactivebench==0.1.1` was fetched from PyPI (`pip download --no-deps --python-version 3.12
+--only-binary=:all:`), its `environment.py` (standard library only) was run unmodified on
+CPython 3.12, and `runtime/conformance.py` played every scripted case (hand-made records of all
+seven configs; answers as letters in both cases, full texts with odd case/spacing, "X. text",
+junk, an empty answer, out-of-range letters, and letters at the option/category boundary) through
+upstream's `get_state` / `evaluate_generated_answer`. The recording is frozen in
+`runtime/upstream_recorded.py`. When a Python >= 3.12 and the package are available
+(PROACTIVEBENCH_UPSTREAM_PYTHON and PROACTIVEBENCH_UPSTREAM_DIR), the live test re-records.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from proactivebench_builder.runtime import conformance
+from proactivebench_builder.runtime import environments as envs
+from proactivebench_builder.runtime.episodes import run_episode
+from proactivebench_builder.runtime.metrics import episode_metrics
+from proactivebench_builder.runtime.policies import POLICIES
+from proactivebench_builder.runtime.upstream_recorded import RECORDED
+
+CASES = {case["name"]: case for case in conformance.CASES}
+
+
+# ---- conformance ------------------------------------------------------------------------------
+
+
+def test_recording_covers_every_case_and_config():
+    assert [r["name"] for r in RECORDED] == [c["name"] for c in conformance.CASES]
+    configs = {envs.config_of(c["record"]) for c in conformance.CASES}
+    assert configs == set(envs.RULES)
+
+
+@pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r["name"])
+def test_trajectory_matches_upstream_recording(recorded):
+    case = CASES[recorded["name"]]
+    ours = conformance.play_ours(case)
+    assert conformance.comparable(ours, case) == conformance.comparable(recorded, case)
+
+
+@pytest.mark.skipif(not (os.environ.get("PROACTIVEBENCH_UPSTREAM_PYTHON")
+                         and os.environ.get("PROACTIVEBENCH_UPSTREAM_DIR")),
+                    reason="upstream proactivebench (Python >= 3.12) not available")
+def test_trajectories_match_live_upstream():
+    live = conformance.record_upstream(os.environ["PROACTIVEBENCH_UPSTREAM_PYTHON"],
+                                       os.environ["PROACTIVEBENCH_UPSTREAM_DIR"])
+    for recorded in live:
+        case = CASES[recorded["name"]]
+        assert conformance.comparable(conformance.play_ours(case), case) == \
+            conformance.comparable(recorded, case), recorded["name"]
+
+
+def _env(record, **kwargs):
+    return envs.make_environment(conformance.with_frames(record, envs.config_of(record)), **kwargs)
+
+
+def test_observation_prompt_is_the_upstream_template():
+    obs = _env(conformance.VSOD_RECORD, hint=True).reset()
+    assert obs.prompt == (
+        "This is a frame extracted from a video. Answer the following question. What is shown? "
+        "Hint: If there is an occlusion, waiting for it to disappear or rewinding the video "
+        "might reveal what's behind it. Choose from the following options. Options:\n"
+        "A. I cannot answer this question.\nB. Rewind the video.\n"
+        "C. Wait for the occlusion to disappear.\nD. Cat.\nE. Dog.\nF. Cow.\nG. Pig.\n"
+        "Please only return one of the options without any other words.")
+    assert obs.num_turns == 0 and not obs.done and obs.correct is False
+
+
+def test_reference_mode_shows_reference_frame_and_categories_only():
+    env = _env(conformance.ROD_RECORD, mode="reference")
+    obs = env.reset()
+    assert obs.options == conformance.CATEGORIES
+    assert obs.image_id == 0 and obs.prompt.startswith("What type of object is in the image?")
+    assert env.step("B").correct is True
+
+
+def test_coco_views_are_crops_and_reference_is_uncropped():
+    env = _env(conformance.COCO_LEFT)
+    assert env.reset().image.size == (70, 50)        # (190,100,260,150)
+    env.step("A")
+    assert env.observe().image.size == (80, 50)
+    assert _env(conformance.COCO_LEFT, mode="reference").reset().image.size == (600, 400)
+
+
+def test_frames_accept_decoded_images_and_bytes():
+    record = conformance.with_frames(conformance.QD_RECORD, envs.QD)
+    decoded = dict(record, frames=[Image.open(io.BytesIO(f["bytes"])) for f in record["frames"]])
+    for row in (record, decoded):
+        assert envs.make_environment(row).reset().image.size == (600, 400)
+
+
+def test_random_suggestions_replace_proactive_options_deterministically():
+    first = _env(conformance.QD_RECORD, random_suggestions=True, seed=3).reset().options
+    again = _env(conformance.QD_RECORD, random_suggestions=True, seed=3).reset().options
+    assert first == again
+    assert first[0] == "I cannot answer this question."
+    assert first[1] != "Make this drawing more complete."
+    assert envs.vocabulary.action_of(first[1]) != "DETAILS"
+
+
+def test_history_keeps_earlier_turns():
+    env = _env(conformance.QD_RECORD, history=True)
+    env.reset()
+    obs = env.step("B")
+    assert len(obs.history) == 1 and obs.history[0].answer_text == "B"
+    assert obs.history[0].image is not None
+
+
+def test_unknown_config_and_missing_frame_are_errors():
+    with pytest.raises(ValueError):
+        envs.resolve_config("nope")
+    record = conformance.with_frames(conformance.QD_RECORD, envs.QD)
+    record = dict(record, frame_ids=record["frame_ids"][:1], frames=record["frames"][:1])
+    env = envs.make_environment(record)
+    with pytest.raises(envs.MalformedRecord):
+        env.step("B")
+
+
+# ---- built miniature benchmark ----------------------------------------------------------------
+
+
+def _built_rows(output: str) -> dict[str, list[dict]]:
+    rows = {}
+    for config in envs.RULES:
+        folder = os.path.join(output, config)
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".parquet"):
+                rows.setdefault(config, []).extend(pq.read_table(
+                    os.path.join(folder, name)).to_pylist())
+    return rows
+
+
+@pytest.fixture(scope="module")
+def built_rows(built_miniature):
+    rows = _built_rows(built_miniature)
+    assert rows, "the miniature build holds no scenario"
+    return rows
+
+
+def _configs():
+    return sorted(envs.RULES)
+
+
+def _play_all(rows, policy_name, **kwargs):
+    results = []
+    for row in rows:
+        env = envs.make_environment(row, **kwargs)
+        results.append((env, run_episode(env, POLICIES[policy_name]())))
+    return results
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_oracle_is_always_right_within_the_cap(built_rows, config):
+    if config not in built_rows:
+        pytest.skip(f"{config} is not built (scenario not registered yet)")
+    for env, stats in _play_all(built_rows[config], "oracle"):
+        assert stats["correct_prediction"], stats
+        assert stats["num_turns"] <= env.max_steps
+        for image_id in stats["image_id_history"]:
+            assert image_id in env.record["frame_ids"]
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_every_reachable_frame_exists_in_the_row(built_rows, config):
+    if config not in built_rows:
+        pytest.skip(f"{config} is not built")
+    for row in built_rows[config]:
+        for policy in ("always-suggest", "oracle"):
+            env = envs.make_environment(row)
+            run_episode(env, POLICIES[policy]())       # raises MalformedRecord on a missing frame
+        reference = envs.make_environment(row, mode="reference").reset()
+        assert reference.image is not None
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_always_abstain_scores_zero(built_rows, config):
+    if config not in built_rows:
+        pytest.skip(f"{config} is not built")
+    stats = [s for _, s in _play_all(built_rows[config], "always-abstain")]
+    assert episode_metrics(stats) == {"n": len(stats), "acc": 0.0, "psr": 0.0}
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_always_suggest_scores_zero_at_the_step_cap(built_rows, config):
+    if config not in built_rows:
+        pytest.skip(f"{config} is not built")
+    played = _play_all(built_rows[config], "always-suggest")
+    assert episode_metrics([s for _, s in played])["acc"] == 0.0
+    for env, stats in played:
+        # The cap, except where upstream runs out of moves first (COCO diagonals: 2g-2 moves
+        # under a 2g cap; a ChangeIt video shorter than its cap): then the turn after the last
+        # valid move ends it.
+        if not stats["max_steps"]:
+            twin = envs.make_environment(env.record)
+            for answer in stats["generated_answers"][:-1]:
+                twin.step(answer)
+            assert twin.valid_proactive_options() == [], stats
+            assert env.config in (envs.COCO, envs.CIT), stats
+
+
+def test_rod_first_frame_category_is_wrong(built_rows):
+    if envs.ROD not in built_rows:
+        pytest.skip("ROD is not built")
+    for row in built_rows[envs.ROD]:
+        env = envs.make_environment(row)
+        obs = env.step(row["answer"])
+        assert obs.done and obs.correct is False
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_category_on_first_frame_is_right_elsewhere(built_rows, config):
+    if config not in built_rows or config == envs.ROD:
+        pytest.skip(f"{config} is not built or forbids it")
+    for row in built_rows[config]:
+        assert envs.make_environment(row).step(row["answer"]).correct is True

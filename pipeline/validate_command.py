@@ -1,0 +1,530 @@
+"""`run_pipeline.py validate DIR`: check a built folder against the record contract.
+
+What is checked (each check names the file and the row's key in its message):
+
+- the folder: `reports/build.json` is present and says every scenario is accounted for
+  (raw items = samples + dead letters + exclusions); its per-split row and shard counts match the
+  shards on disk; the dataset card's `configs:` block names exactly the config folders, and each
+  of its `data_files` globs matches at least one shard; shard files in a folder are exactly
+  `test-00000-of-0000N` .. `test-0000(N-1)-of-0000N`;
+- each shard: columns, order and types equal `pipeline.records.arrow_schema()`, with the
+  `datasets` feature metadata that makes `load_dataset` decode frames as images;
+- each row: `answer` in `categories`, exactly 4 distinct categories, options present and
+  non-empty (exactly one abstain option, every other option naming exactly one upstream action),
+  `first_image`/`reference_image` in `frame_ids`, one decodable frame per frame id (decoded the
+  way the build validates sources: fully, JPEG at 1/8 scale), and the step cap consistent with
+  the frames, per scenario (see `STEP_RULES`);
+- across rows: `id` and `key` unique per config and split, and every test row is the unfiltered
+  row of the same key with the same id.
+
+Choices: the step-cap rules check that every frame the upstream environment can reach within
+its step cap is present (ROD/VSOD circular over all ids, QuickDraw forward to the last stroke,
+ChangeIt +-step_size within max_steps, MVP-N the `valid_images` chain, ImageNet-C the 5 levels,
+COCO one full image whose first view is a non-empty box). Unknown configs get the default rule
+`num_images == len(frame_ids)`. A config listed by the card without a test shard is reported:
+`load_dataset(..., split="test")` would fail on it.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import sys
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+import yaml
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.images import BadImage, check_image
+from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.transforms import vocabulary
+
+HELP = "check a built folder against the record contract (exit 1 listing every problem)"
+
+TEST, UNFILTERED = "test", "unfiltered"
+SHARD_RE = re.compile(r"^test-(\d{5})-of-(\d{5})\.parquet$")
+BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
+MAX_PRINTED = 200
+
+ROD, VSOD, MVPN, INC = "Realistic-Occlusion-Dataset", "OcclusionDataSet-MM20", "MVP-N", "ImageNet-C"
+QD, CIT, COCO = "QuickDraw", "ChangeIt", "coco2014"
+INC_LEVELS = {1, 2, 3, 4, 5}
+COCO_DIRECTIONS = {"left", "right", "up", "down", "zoom", "up_left", "up_right", "down_left",
+                   "down_right"}
+
+
+# ---- the folder ---------------------------------------------------------------------------
+
+def shard_folders(root: str) -> dict[tuple[str, str], list[str]]:
+    """(split, config) -> sorted shard file names, for every folder holding Parquet shards:
+    DIR/<config>/ is the test split, DIR/unfiltered/<config>/ the pool."""
+    found = {}
+    for split, base in ((TEST, root), (UNFILTERED, fileio.join(root, UNFILTERED))):
+        for name in fileio.list_names(base):
+            folder = fileio.join(base, name)
+            if not fileio.is_dir(folder):
+                continue
+            shards = [n for n in fileio.list_names(folder) if n.endswith(".parquet")]
+            if shards:
+                found[(split, name)] = shards
+    return found
+
+
+def read_json(url: str):
+    return json.loads(fileio.read_bytes(url))
+
+
+def check_build_report(root: str) -> tuple[dict | None, list[str]]:
+    url = fileio.join(root, "reports", "build.json")
+    if not fileio.exists(url):
+        return None, ["reports/build.json: missing (every build writes it last; an absent "
+                      "report means the build did not finish)"]
+    try:
+        report = read_json(url)
+    except ValueError as err:
+        return None, [f"reports/build.json: not valid JSON: {err}"]
+    problems = []
+    for name, entry in sorted(report.get("scenarios", {}).items()):
+        if not entry.get("accounted", False):
+            problems.append(f"reports/build.json: {name}: raw items ({entry.get('raw_items')}) "
+                            "!= samples + dead letters + exclusions")
+    return report, problems
+
+
+def check_report_counts(report: dict, rows: dict, folders: dict) -> list[str]:
+    """build.json's per-split rows and shards against what is on disk."""
+    problems = []
+    for name, entry in sorted(report.get("scenarios", {}).items()):
+        config = entry.get("config")
+        if not config:
+            continue
+        for split in (TEST, UNFILTERED):
+            claimed = entry.get("rows", {}).get(split)
+            actual = rows.get((split, config), 0)
+            if claimed is not None and claimed != actual:
+                problems.append(f"reports/build.json: {name}: {claimed} {split} rows reported, "
+                                f"{actual} in the shards")
+            claimed_shards = entry.get("shards", {}).get(split)
+            actual_shards = len(folders.get((split, config), []))
+            if claimed_shards is not None and claimed_shards != actual_shards:
+                problems.append(f"reports/build.json: {name}: {claimed_shards} {split} shards "
+                                f"reported, {actual_shards} on disk")
+    return problems
+
+
+def card_configs(root: str) -> tuple[list[dict] | None, list[str]]:
+    url = fileio.join(root, "README.md")
+    if not fileio.exists(url):
+        return None, ["README.md: missing dataset card"]
+    text = fileio.read_bytes(url).decode("utf-8")
+    if not text.startswith("---\n") or "\n---" not in text[4:]:
+        return None, ["README.md: no YAML front matter (--- ... ---)"]
+    try:
+        meta = yaml.safe_load(text[4:text.index("\n---", 4)]) or {}
+    except yaml.YAMLError as err:
+        return None, [f"README.md: front matter is not YAML: {err}"]
+    configs = meta.get("configs")
+    if not isinstance(configs, list):
+        return None, ["README.md: front matter has no `configs:` list"]
+    return configs, []
+
+
+def check_card(root: str, folders: dict) -> list[str]:
+    """The card's configs name exactly the config folders, and each data_files glob matches."""
+    configs, problems = card_configs(root)
+    if configs is None:
+        return problems
+    on_disk = {f"{c}/{n}" if s == TEST else f"{UNFILTERED}/{c}/{n}"
+               for (s, c), names in folders.items() for n in names}
+    named = set()
+    for entry in configs:
+        name = entry.get("config_name")
+        named.add(name)
+        for files in entry.get("data_files") or []:
+            pattern = files.get("path", "")
+            if not any(fnmatch.fnmatch(p, pattern) for p in on_disk):
+                problems.append(f"README.md: config {name!r} split {files.get('split')!r}: "
+                                f"no shard matches {pattern!r}")
+    folder_configs = {c for _, c in folders}
+    for config in sorted(folder_configs - named):
+        problems.append(f"README.md: config folder {config!r} is not in the card's configs")
+    for config in sorted(n for n in named - folder_configs if n):
+        problems.append(f"README.md: card config {config!r} has no shard folder")
+    return problems
+
+
+def check_shard_names(split: str, config: str, names: list[str]) -> list[str]:
+    where = _folder_label(split, config)
+    parsed = [SHARD_RE.match(n) for n in names]
+    problems = [f"{where}/{n}: not a shard name (test-IIIII-of-NNNNN.parquet)"
+                for n, m in zip(names, parsed) if not m]
+    numbers = sorted((int(m.group(1)), int(m.group(2))) for m in parsed if m)
+    counts = {count for _, count in numbers}
+    if len(counts) > 1:
+        problems.append(f"{where}: shards disagree on the shard count: {sorted(counts)} "
+                        "(a leftover of an earlier build?)")
+    elif counts and [i for i, _ in numbers] != list(range(counts.pop())):
+        problems.append(f"{where}: shard indexes {[i for i, _ in numbers]} are not 0..N-1")
+    return problems
+
+
+def _folder_label(split: str, config: str) -> str:
+    return config if split == TEST else f"{UNFILTERED}/{config}"
+
+
+# ---- one shard ----------------------------------------------------------------------------
+
+def schema_problems(actual, where: str) -> list[str]:
+    expected = arrow_schema()
+    problems = []
+    missing = [n for n in expected.names if n not in actual.names]
+    extra = [n for n in actual.names if n not in expected.names]
+    if missing:
+        problems.append(f"{where}: missing columns {missing}")
+    if extra:
+        problems.append(f"{where}: unexpected columns {extra}")
+    if not missing and not extra and actual.names != expected.names:
+        problems.append(f"{where}: columns out of order: {actual.names}")
+    for field in expected:
+        if field.name in actual.names:
+            got = actual.field(field.name).type
+            if not got.equals(field.type):
+                problems.append(f"{where}: column {field.name!r} is {got}, expected {field.type}")
+    hf = (actual.metadata or {}).get(b"huggingface")
+    if hf is None:
+        problems.append(f"{where}: no `huggingface` schema metadata (frames would not load as "
+                        "images)")
+    elif json.loads(hf) != json.loads(expected.metadata[b"huggingface"]):
+        problems.append(f"{where}: `huggingface` feature metadata differs from the contract")
+    return problems
+
+
+def iter_rows(url: str, columns: list[str] | None = None):
+    """Rows of one shard, a small batch at a time."""
+    fs, path = fileio.filesystem(url)
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+            yield from batch.to_pylist()
+
+
+def read_schema(url: str):
+    fs, path = fileio.filesystem(url)
+    with fs.open(path, "rb") as handle:
+        return pq.ParquetFile(handle).schema_arrow
+
+
+# ---- one row ------------------------------------------------------------------------------
+
+def category_problems(row: dict) -> list[str]:
+    categories = row.get("categories") or []
+    problems = []
+    if len(categories) != 4:
+        problems.append(f"{len(categories)} categories, expected 4")
+    if len(set(categories)) != len(categories):
+        problems.append(f"categories repeat: {categories}")
+    if any(not (c or "").strip() for c in categories):
+        problems.append("an empty category")
+    if row.get("answer") not in categories:
+        problems.append(f"answer {row.get('answer')!r} not in categories {categories}")
+    return problems
+
+
+def option_problems(row: dict) -> list[str]:
+    options = row.get("options") or []
+    if not options:
+        return ["no options"]
+    if any(not (o or "").strip() for o in options):
+        return [f"an empty option in {options}"]
+    problems = []
+    abstain = [o for o in options if vocabulary.is_abstain(o)]
+    if len(abstain) != 1:
+        problems.append(f"{len(abstain)} abstain options, expected 1: {options}")
+    for option in options:
+        if not vocabulary.is_abstain(option):
+            try:
+                vocabulary.action_of(option)
+            except ValueError as err:
+                problems.append(str(err))
+    if len(abstain) == len(options):
+        problems.append("no proactive option")
+    return problems
+
+
+def frame_id_problems(row: dict) -> list[str]:
+    ids = row.get("frame_ids") or []
+    problems = []
+    if not ids:
+        problems.append("no frame_ids")
+    if len(ids) != len(set(ids)):
+        problems.append(f"frame ids repeat: {ids}")
+    for slot in ("first_image", "reference_image"):
+        if row.get(slot) not in ids:
+            problems.append(f"{slot}={row.get(slot)} is not in frame_ids {ids}")
+    return problems
+
+
+def frame_problems(row: dict) -> list[str]:
+    """One decodable frame per frame id (a full decode; JPEG at 1/8 scale, which still reads
+    every segment, like the build's own source validation)."""
+    frames, ids = row.get("frames"), row.get("frame_ids") or []
+    if frames is None:
+        return []  # the column was not read (frames not checked)
+    problems = []
+    if len(frames) != len(ids):
+        problems.append(f"{len(frames)} frames for {len(ids)} frame ids")
+    for position, frame in enumerate(frames):
+        data = (frame or {}).get("bytes")
+        try:
+            check_image(data or b"", (frame or {}).get("path") or "")
+        except BadImage as err:
+            problems.append(f"frame {position} ({(frame or {}).get('path')}): {err}")
+    return problems
+
+
+def _cap_problem(row: dict, expected: int, what: str) -> list[str]:
+    if row.get("num_images") != expected:
+        return [f"num_images={row.get('num_images')} but {what}={expected}"]
+    return []
+
+
+def _unreachable(row: dict, reachable) -> list[str]:
+    missing = sorted(set(reachable) - set(row.get("frame_ids") or []))
+    return [f"frames {missing} are reachable within the step cap but missing"] if missing else []
+
+
+def steps_circular(row: dict) -> list[str]:
+    """ROD and VSOD: +-1 modulo num_images, so every id in range(num_images) is reachable."""
+    ids = row.get("frame_ids") or []
+    return (_cap_problem(row, len(ids), "len(frame_ids)")
+            or _unreachable(row, range(row.get("num_images") or 0)))
+
+
+def steps_forward(row: dict) -> list[str]:
+    """QuickDraw: +1 per request up to the last stroke (num_images - 1)."""
+    ids = row.get("frame_ids") or []
+    first = row.get("first_image") or 0
+    return (_cap_problem(row, len(ids), "len(frame_ids)")
+            or _unreachable(row, range(first, row.get("num_images") or 0)))
+
+
+def steps_default(row: dict) -> list[str]:
+    return _cap_problem(row, len(row.get("frame_ids") or []), "len(frame_ids)")
+
+
+def steps_mvpn(row: dict) -> list[str]:
+    """MVP-N: the chain is `valid_images`; the last one is the informative reference."""
+    valid = row.get("valid_images")
+    if not valid:
+        return ["no valid_images"]
+    problems = _cap_problem(row, len(valid), "len(valid_images)")
+    if sorted(valid) != sorted(row.get("frame_ids") or []):
+        problems.append(f"valid_images {valid} differ from frame_ids {row.get('frame_ids')}")
+    if row.get("first_image") != valid[0] or row.get("reference_image") != valid[-1]:
+        problems.append(f"first/reference ({row.get('first_image')}, "
+                        f"{row.get('reference_image')}) are not the chain's ends {valid}")
+    return problems
+
+
+def steps_imagenet_c(row: dict) -> list[str]:
+    """ImageNet-C: the 5 severity levels, each suggestion one level milder."""
+    problems = _cap_problem(row, len(INC_LEVELS), "the number of levels")
+    if set(row.get("frame_ids") or []) != INC_LEVELS:
+        problems.append(f"frame_ids {row.get('frame_ids')} are not the levels 1..5")
+    if row.get("quality_answer") not in (row.get("options") or []):
+        problems.append(f"quality_answer {row.get('quality_answer')!r} not in options")
+    return problems
+
+
+def steps_changeit(row: dict) -> list[str]:
+    """ChangeIt: +-step_size, not circular, at most max_steps turns."""
+    step, cap, n = row.get("step_size"), row.get("max_steps"), row.get("num_images")
+    if not step or step < 1 or not cap or cap < 1 or not n:
+        return [f"step_size={step}, max_steps={cap}, num_images={n}: need positive values"]
+    first = row.get("first_image") or 0
+    ids = row.get("frame_ids") or []
+    problems = []
+    if any(i < 0 or i >= n for i in ids):
+        problems.append(f"frame ids outside the video's {n} frames: {ids}")
+    if (row.get("reference_image", 0) - first) % step:
+        problems.append(f"reference_image {row.get('reference_image')} is not a whole number of "
+                        f"steps of {step} from first_image {first}")
+    reachable = [first + k * step for k in range(-(cap - 1), cap) if 0 <= first + k * step < n]
+    return problems + _unreachable(row, reachable)
+
+
+def steps_coco(row: dict) -> list[str]:
+    """COCO: one frame, the full image; every view is a crop of it computed at run time."""
+    ids = row.get("frame_ids") or []
+    problems = []
+    if len(ids) != 1 or row.get("first_image") != row.get("reference_image"):
+        problems.append(f"expected one frame (the full image), got frame_ids {ids}")
+    direction = row.get("direction")
+    if direction not in COCO_DIRECTIONS:
+        problems.append(f"direction {direction!r} not one of {sorted(COCO_DIRECTIONS)}")
+    if not row.get("granularity") or row["granularity"] < 1:
+        problems.append(f"granularity={row.get('granularity')}, need >= 1")
+    if not row.get("horizontal_step") or not row.get("vertical_step"):
+        problems.append("horizontal_step/vertical_step missing or zero")
+    crop = row.get("crop")
+    if not crop or any(crop.get(k) is None for k in ("top", "left", "height", "width")):
+        problems.append(f"crop {crop!r} lacks top/left/height/width")
+    if problems:
+        return problems
+    left, top, right, bottom = first_view_box(row)
+    if right <= left or bottom <= top:
+        problems.append(f"first view box {(left, top, right, bottom)} is empty")
+    return problems
+
+
+def first_view_box(row: dict) -> tuple:
+    """The PIL box of the first COCO view (turn 0 is already one step out, sources_image.md
+    §3.7); the runtime's own function when it is installed."""
+    try:
+        from proactivebench_builder.runtime.environments import coco_crop_box
+    except ImportError:  # the runtime is optional for the builder
+        coco_crop_box = crop_box
+    return coco_crop_box(row, row["horizontal_step"], row["vertical_step"])
+
+
+def crop_box(row: dict, h_step: float, v_step: float) -> tuple:
+    """§3.7: moves extend one side (width/height act as right/bottom); zoom grows every side
+    and width/height are sizes."""
+    crop, direction = row["crop"], row["direction"]
+    zoom = "zoom" in direction
+    left = crop["left"] - h_step if ("left" in direction or zoom) else crop["left"]
+    top = crop["top"] - v_step if ("up" in direction or zoom) else crop["top"]
+    right = crop["width"] + h_step if ("right" in direction or zoom) else crop["width"]
+    bottom = crop["height"] + v_step if ("down" in direction or zoom) else crop["height"]
+    if direction == "zoom":
+        right += crop["left"]
+        bottom += crop["top"]
+    return (left, top, right, bottom)
+
+
+STEP_RULES = {ROD: steps_circular, VSOD: steps_circular, QD: steps_forward, MVPN: steps_mvpn,
+              INC: steps_imagenet_c, CIT: steps_changeit, COCO: steps_coco}
+
+
+def row_problems(row: dict, config: str) -> list[str]:
+    problems = []
+    for field in ("key", "id", "prompt", "image_template"):
+        if row.get(field) in (None, ""):
+            problems.append(f"{field} is empty")
+    problems += category_problems(row)
+    problems += option_problems(row)
+    problems += frame_id_problems(row)
+    problems += STEP_RULES.get(config, steps_default)(row)
+    problems += frame_problems(row)
+    return problems
+
+
+# ---- the whole folder -----------------------------------------------------------------------
+
+class FolderValidator:
+    """Walks a built folder once; `problems` lists everything found, `rows` counts rows read."""
+
+    def __init__(self, root: str, decode_frames: bool = True):
+        self.root = root.rstrip("/")
+        self.decode_frames = decode_frames
+        self.problems: list[str] = []
+        self.rows: dict[tuple[str, str], int] = defaultdict(int)
+        self.ids_by_key: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        self.ids: dict[tuple[str, str], set[int]] = defaultdict(set)
+
+    def run(self) -> list[str]:
+        report, problems = check_build_report(self.root)
+        self.problems += problems
+        folders = shard_folders(self.root)
+        if not folders:
+            self.problems.append("no Parquet shards found (expected DIR/<config>/test-*.parquet)")
+        self.problems += check_card(self.root, folders)
+        for (split, config), names in sorted(folders.items()):
+            self.problems += check_shard_names(split, config, names)
+            for name in names:
+                self.check_shard(split, config, name)
+        self.check_test_within_pool(folders)
+        if report is not None:
+            self.problems += check_report_counts(report, self.rows, folders)
+        return self.problems
+
+    def check_shard(self, split: str, config: str, name: str) -> None:
+        where = f"{_folder_label(split, config)}/{name}"
+        url = fileio.join(self.root, *where.split("/"))
+        try:
+            schema = read_schema(url)
+        except Exception as err:  # any unreadable file is one problem, not a crash
+            self.problems.append(f"{where}: unreadable Parquet: {type(err).__name__}: {err}")
+            return
+        self.problems += schema_problems(schema, where)
+        expected = arrow_schema().names
+        if any(n not in schema.names for n in expected):
+            return  # rows cannot be checked without every column
+        columns = [c for c in expected if self.decode_frames or c != "frames"]
+        for row in iter_rows(url, columns):
+            self.rows[(split, config)] += 1
+            key = row.get("key")
+            for problem in row_problems(row, config):
+                self.problems.append(f"{where}: key {key!r}: {problem}")
+            self.check_unique(split, config, where, row)
+
+    def check_unique(self, split: str, config: str, where: str, row: dict) -> None:
+        seen, ids = self.ids_by_key[(split, config)], self.ids[(split, config)]
+        key, row_id = row.get("key"), row.get("id")
+        if key in seen:
+            self.problems.append(f"{where}: key {key!r} appears twice in {split} {config}")
+        elif row_id in ids:
+            self.problems.append(f"{where}: id {row_id} appears twice in {split} {config} "
+                                 f"(key {key!r})")
+        seen[key] = row_id
+        ids.add(row_id)
+
+    def check_test_within_pool(self, folders: dict) -> None:
+        """The test split is a filtered pool: same keys, same ids (ids come before filtering)."""
+        for (split, config) in sorted(folders):
+            if split != TEST:
+                continue
+            pool = self.ids_by_key.get((UNFILTERED, config))
+            if pool is None:
+                self.problems.append(f"{config}: test split without an unfiltered pool")
+                continue
+            for key, row_id in sorted(self.ids_by_key[(TEST, config)].items(),
+                                      key=lambda kv: str(kv[0])):
+                if key not in pool:
+                    self.problems.append(f"{config}: test key {key!r} is not in the pool")
+                elif pool[key] != row_id:
+                    self.problems.append(f"{config}: test key {key!r} has id {row_id}, the "
+                                         f"pool's row has id {pool[key]}")
+
+
+def validate_folder(path: str, decode_frames: bool = True) -> list[str]:
+    """Human-readable problems of a built folder against the record contract ([] when none)."""
+    return FolderValidator(path, decode_frames).run()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="run_pipeline.py validate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", metavar="DIR", help="a built folder (local path or fsspec URL)")
+    parser.add_argument("--skip_frames", "--skip-frames", action="store_true",
+                        help="do not read or decode the frames (faster; checks metadata only)")
+    args = parser.parse_args(argv)
+    validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
+    problems = validator.run()
+    rows = sum(validator.rows.values())
+    if not problems:
+        print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} config splits match the "
+              "record contract")
+        return 0
+    for problem in problems[:MAX_PRINTED]:
+        print(problem)
+    if len(problems) > MAX_PRINTED:
+        print(f"... and {len(problems) - MAX_PRINTED} more")
+    print(f"FAILED: {len(problems)} problems in {args.dir} ({rows} rows read)", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

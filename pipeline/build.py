@@ -110,14 +110,19 @@ class BuildBenchmark(beam.PTransform):
 
     def expand(self, pbegin):
         p = self.params
-        raw = (
-            pbegin
-            | "Scenarios" >> beam.Create(sorted(p["scenarios"]))
-            | "ListUnits" >> beam.ParDo(ListUnits(p))
-            | "SpreadUnits" >> Spread()
-            | "ReadUnits" >> beam.ParDo(ReadUnit(p))
-            | "BuildSamples" >> beam.ParDo(BuildSample(p))
-        )
+        if p.get("import_upstream"):
+            from proactivebench_builder.pipeline.import_upstream import ImportUpstream
+
+            raw = pbegin | "ImportUpstream" >> ImportUpstream(p)
+        else:
+            raw = (
+                pbegin
+                | "Scenarios" >> beam.Create(sorted(p["scenarios"]))
+                | "ListUnits" >> beam.ParDo(ListUnits(p))
+                | "SpreadUnits" >> Spread()
+                | "ReadUnits" >> beam.ParDo(ReadUnit(p))
+                | "BuildSamples" >> beam.ParDo(BuildSample(p))
+            )
         samples = raw | "Samples" >> beam.Filter(results.is_kind("sample"))
         side_reports = raw | "DeadLettersAndCounts" >> beam.Filter(
             lambda v: v["kind"] in ("dead_letter", "count"))

@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.build import BuildBenchmark
+from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
@@ -70,16 +71,29 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
 
 
 def selection_settings(opts: BuildOptions) -> dict:
+    """The filter settings, checked before any work: a bad predictions file or a keep-list on a
+    freshly built pool stops here with a clear message."""
+    from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
+    from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+
     if opts.predictions and opts.keep_list:
         raise SystemExit("--predictions and --keep_list are alternatives; give one")
-    if opts.predictions:
-        mode = "predictions"
-    elif opts.keep_list:
-        mode = "keep_list"
-    else:
-        mode = "none"
+    mode = "predictions" if opts.predictions else "keep_list" if opts.keep_list else "none"
+    try:
+        if mode == "predictions":
+            read_predictions(opts.predictions)
+        if mode == "keep_list":
+            if not opts.import_upstream:
+                raise KeepListError(
+                    "--keep_list names upstream's sample ids, which only an imported upstream "
+                    "release carries (--import_upstream DIR); a pool built from the raw sources "
+                    "has its own ids. Filter a fresh pool with --predictions FILE instead.")
+            load_keep_list(opts.keep_list)
+    except (PredictionsError, KeepListError, OSError, ValueError) as err:
+        raise SystemExit(f"cannot filter: {err}") from None
     return {"mode": mode, "predictions": opts.predictions, "keep_list": opts.keep_list,
-            "threshold": opts.filter_threshold, "min_models": opts.min_models}
+            "threshold": opts.filter_threshold, "min_models": opts.min_models,
+            "allow_partial": opts.allow_partial_predictions}
 
 
 def code_version() -> str:
@@ -90,18 +104,34 @@ def code_version() -> str:
 
 def build_params(opts: BuildOptions, argv: list[str]) -> dict:
     scenarios = choose_scenarios(opts.scenarios)
-    sources = resolve_sources(opts, scenarios)
+    config_to_scenario = {cls.config_name: n for n, cls in load_scenarios().items()}
     selection = selection_settings(opts)
+    params = {"seed": opts.seed, "output": _absolute(opts.output),
+              "export_upstream": not opts.no_upstream_export,
+              "config_to_scenario": config_to_scenario}
+    if opts.import_upstream:
+        folder = _absolute(opts.import_upstream)
+        configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
+        if not configs:
+            raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
+                             "chosen scenarios there")
+        scenarios = {config_to_scenario[c]: scenarios[config_to_scenario[c]] for c in configs}
+        params.update(import_upstream=folder, import_configs=configs, keep_ids=True,
+                      sources={n: folder for n in scenarios})
+        selection["origin"] = fingerprint(folder, configs)
+    else:
+        params["sources"] = resolve_sources(opts, scenarios)
+        selection["origin"] = "built"
     stamp = {
         "code_version": code_version(),
         "command": "run_pipeline.py " + " ".join(argv),
         "seed": opts.seed,
+        "origin": selection["origin"],
         "manifests": {n: {"sha256": manifest_sha256(n)} for n in sorted(scenarios)},
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }
-    return {"scenarios": sorted(scenarios), "sources": sources, "seed": opts.seed,
-            "output": _absolute(opts.output), "selection": selection,
-            "export_upstream": not opts.no_upstream_export, "stamp": stamp}
+    params.update(scenarios=sorted(scenarios), selection=selection, stamp=stamp)
+    return params
 
 
 def run_build(argv: list[str]) -> dict:

@@ -44,6 +44,14 @@ class BuildOptions(PipelineOptions):
             "--min_models", type=int, default=1,
             help="Fewest models that must have answered a sample for the filter to judge it.")
         parser.add_argument(
+            "--allow_partial_predictions", action="store_true",
+            help="Judge each sample by the models that answered it, instead of requiring every "
+                 "model to cover every sample of a config.")
+        parser.add_argument(
+            "--import_upstream", default=None, metavar="DIR",
+            help="Build from an upstream release folder (<config>_preprocessed.jsonl plus its "
+                 "image folders) instead of the raw sources, keeping upstream's ids.")
+        parser.add_argument(
             "--max_bad_fraction", type=float, default=0.05,
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "
                  "items (default: %(default)s).")

@@ -50,8 +50,13 @@ class AssignIdsAndShards(beam.DoFn):
                 continue
             seen.add(value["key"])
             row = value["row"]
-            row["id"] = len(rows)
+            if not self.params.get("keep_ids"):  # an imported release keeps upstream's ids
+                row["id"] = len(rows)
             rows.append(row)
+        if self.params.get("keep_ids"):
+            rows.sort(key=lambda r: r["id"])
+            if len({r["id"] for r in rows}) != len(rows):
+                raise ValueError(f"{name}: the imported release repeats ids")
         kept, report = apply_selection(name, cls.config_name, rows, selection_values,
                                        self.params["selection"])
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))

@@ -15,6 +15,15 @@ from proactivebench_builder.transforms import load_scenarios
 RUNNER = "--runner=FnApiRunner"
 
 
+@pytest.fixture(autouse=True)
+def fresh_datasets_cache(tmp_path, monkeypatch):
+    """`datasets` caches a loaded local folder under a name that does not change when the files
+    do, so two tests loading different builds could read each other's rows: one cache per test."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
 @pytest.fixture(scope="session")
 def miniature_root(tmp_path_factory) -> str:
     """Every registered scenario's miniature source, under one root."""

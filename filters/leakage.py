@@ -1,0 +1,152 @@
+"""First-round leakage filtering (paper §3.3, App. A.8) and the released keep-list.
+
+Predictions mode: a sample is dropped when at least `threshold` (default 0.25) of the models that
+answered it chose the correct category in the first multiple-choice turn; a sample answered by
+fewer than `min_models` models cannot be judged and is kept (and counted as unjudged). By default
+every model must cover every sample of a scenario it appears in: a partial model would silently
+shift thresholds.
+
+Keep-list mode keeps exactly the listed upstream ids. Upstream ids only name upstream's samples,
+so it applies only to a pool imported from an upstream release (`--import_upstream`); a freshly
+built pool, whose ids mean other samples, is refused.
+
+Both run inside the per-scenario pool step, so they work the same on every runner.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import apache_beam as beam
+
+from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.manifests import load_data_file
+
+RELEASED = "released"
+RELEASED_FILE = "released_keep_list.json"
+
+
+class KeepListError(ValueError):
+    """A keep-list cannot be applied to this pool."""
+
+
+def input_transform(params: dict):
+    """The selection inputs as a function of the pipeline root: (scenario, value) pairs."""
+    settings = params["selection"]
+    config_to_scenario = params["config_to_scenario"]
+
+    if settings["mode"] == "predictions":
+        url = settings["predictions"]
+
+        def read(_):
+            for row in read_predictions(url):
+                scenario = config_to_scenario.get(row["config"])
+                if scenario in params["scenarios"]:
+                    yield scenario, dict(row, kind="prediction")
+    else:
+        spec = settings["keep_list"]
+
+        def read(_):
+            for config, ids in load_keep_list(spec).items():
+                scenario = config_to_scenario.get(config)
+                if scenario in params["scenarios"]:
+                    yield scenario, {"kind": "keep_ids", "config": config, "ids": sorted(ids)}
+
+    return lambda pbegin: (pbegin | "SelectionSource" >> beam.Create([None])
+                           | "ReadSelection" >> beam.FlatMap(read))
+
+
+def load_keep_list(spec: str) -> dict[str, set[int]]:
+    """`released` (the published kept ids, carried with their provenance) or a JSON file
+    mapping config -> ids (or holding such a mapping under `kept_ids`)."""
+    data = load_data_file(RELEASED_FILE) if spec == RELEASED else json.loads(fileio.read_bytes(spec))
+    data = data.get("kept_ids", data)
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise KeepListError(f"keep-list {spec!r}: expected {{config: [ids]}}")
+    return {config: {int(i) for i in ids} for config, ids in data.items()}
+
+
+def select(scenario: str, config: str, rows: list[dict], values: list[dict],
+           settings: dict) -> tuple[set[str], dict]:
+    if settings["mode"] == "keep_list":
+        return _select_by_keep_list(config, rows, values, settings)
+    return _select_by_predictions(config, rows, values, settings)
+
+
+def _select_by_keep_list(config, rows, values, settings):
+    if not str(settings.get("origin", "")).startswith("upstream"):
+        raise KeepListError(
+            f"{config}: a keep-list names upstream's sample ids, but this pool was built from the "
+            "raw sources, where ids mean other samples. Filter a fresh pool with --predictions, "
+            "or import the upstream release with --import_upstream to use --keep_list.")
+    listed = set()
+    for value in values:
+        listed.update(value["ids"])
+    by_id = {r["id"]: r["key"] for r in rows}
+    kept = {by_id[i] for i in listed if i in by_id}
+    missing = sorted(listed - set(by_id))
+    return kept, {"mode": "keep_list", "keep_list": settings["keep_list"], "before": len(rows),
+                  "after": len(kept), "listed": len(listed), "missing_ids": missing}
+
+
+def _select_by_predictions(config, rows, values, settings):
+    threshold, min_models = float(settings["threshold"]), int(settings["min_models"])
+    by_key = {r["key"]: r["key"] for r in rows}
+    by_id = {f"id:{r['id']}": r["key"] for r in rows}
+    answers = defaultdict(dict)          # key -> model -> correct
+    unknown = []
+    for value in values:
+        ref = f"key:{value['key']}" if value["key"] is not None else f"id:{value['id']}"
+        key = by_key.get(value["key"]) if value["key"] is not None else by_id.get(ref)
+        if key is None:
+            unknown.append(ref)
+            continue
+        if value["model"] in answers[key]:
+            raise PredictionsError(f"{config}: model {value['model']!r} answers {key} twice "
+                                   "(once by key, once by id)")
+        answers[key][value["model"]] = value["correct"]
+    if unknown:
+        raise PredictionsError(f"{config}: {len(unknown)} predictions name samples that are not "
+                               f"in the pool, e.g. {', '.join(unknown[:5])}")
+    if not answers:
+        raise PredictionsError(f"{config}: the predictions cover no sample of this config; "
+                               "add its predictions or leave it out with --scenarios")
+    models = sorted({m for per in answers.values() for m in per})
+    coverage = Counter(m for per in answers.values() for m in per)
+    partial = {m: coverage[m] for m in models if coverage[m] < len(rows)}
+    if partial and not settings.get("allow_partial"):
+        detail = ", ".join(f"{m} ({n} of {len(rows)})" for m, n in sorted(partial.items()))
+        raise PredictionsError(f"{config}: models cover only part of the pool: {detail}. "
+                               "Complete them, or pass --allow_partial_predictions to judge each "
+                               "sample by the models that answered it.")
+    kept, fractions, unjudged = set(), {}, 0
+    for row in rows:
+        per = answers.get(row["key"], {})
+        if len(per) < min_models:
+            unjudged += 1
+            kept.add(row["key"])
+            continue
+        fraction = sum(per.values()) / len(per)
+        fractions[row["key"]] = fraction
+        if fraction < threshold:
+            kept.add(row["key"])
+    return kept, _report(rows, kept, fractions, answers, models, unjudged, threshold, min_models)
+
+
+def _report(rows, kept, fractions, answers, models, unjudged, threshold, min_models) -> dict:
+    def mean(values):
+        values = list(values)
+        return round(sum(values) / len(values), 6) if values else None
+
+    per_model = {m: mean(per[m] for per in answers.values() if m in per) for m in models}
+    histogram = Counter(round(f, 4) for f in fractions.values())
+    return {
+        "mode": "predictions", "threshold": threshold, "min_models": min_models,
+        "models": len(models), "before": len(rows), "after": len(kept),
+        "dropped": len(rows) - len(kept), "unjudged": unjudged,
+        "first_round_accuracy_before": mean(fractions.values()),
+        "first_round_accuracy_after": mean(f for k, f in fractions.items() if k in kept),
+        "per_model_accuracy": per_model,
+        "correct_fraction_histogram": {str(k): histogram[k] for k in sorted(histogram)},
+    }

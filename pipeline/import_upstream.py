@@ -1,0 +1,134 @@
+"""Importing an upstream release (`--import_upstream DIR`) as a source of samples.
+
+DIR is a released `test/` folder: `<config>_preprocessed.jsonl` plus the extracted image folders
+its templates point into (or our own `upstream/` export). Each line becomes a row of the record
+contract, keeping upstream's `id`; frames are read from the image files the template names.
+Records of the real release carry no `key`, `frame_ids` or `source`, so they are derived: the key
+from the config and id, the frame ids from how each upstream environment walks its frames.
+Our own export carries them, so export -> import gives back identical rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import apache_beam as beam
+
+from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.pipeline.records import UPSTREAM_EXTRA_FIELDS, empty_row
+from proactivebench_builder.pipeline.upstream_export import jsonl_name
+
+
+def present_configs(folder: str, config_to_scenario: dict) -> list[str]:
+    return [c for c in sorted(config_to_scenario)
+            if fileio.exists(fileio.join(folder, jsonl_name(c)))]
+
+
+def fingerprint(folder: str, configs: list[str]) -> str:
+    """Identifies the imported release: sha256 over its JSONL files."""
+    digest = hashlib.sha256()
+    for config in configs:
+        digest.update(config.encode())
+        digest.update(fileio.read_bytes(fileio.join(folder, jsonl_name(config))))
+    return "upstream:" + digest.hexdigest()
+
+
+def upstream_frame_ids(config: str, record: dict) -> list[int]:
+    """The frame ids an upstream environment can show, in play order."""
+    if record.get("frame_ids") is not None:
+        return list(record["frame_ids"])
+    n = int(record["num_images"])
+    if config == "MVP-N":
+        return list(record["valid_images"])
+    if config == "ImageNet-C":
+        return list(range(int(record["first_image"]), 0, -1))
+    if config == "coco2014":
+        return [int(record["first_image"])]
+    if config == "ChangeIt":
+        step, first = int(record["step_size"]), int(record["first_image"])
+        return sorted({f for f in range(first % step, n, step)})
+    return list(range(n))
+
+
+class ReadRecords(beam.DoFn):
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, config: str):
+        scenario = self.params["config_to_scenario"][config]
+        url = fileio.join(self.params["import_upstream"], jsonl_name(config))
+        fs, path = fileio.filesystem(url)
+        with fs.open(path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                yield scenario, config, number, line.decode("utf-8", errors="replace")
+
+
+class ImportRecord(beam.DoFn):
+    def __init__(self, params: dict):
+        self.params = params
+
+    def process(self, element):
+        from proactivebench_builder.transforms import get_scenario
+        from proactivebench_builder.transforms.base import BadItem
+
+        name, config, number, line = element
+        folder = self.params["import_upstream"]
+        where = f"{jsonl_name(config)}:{number}"
+        yield results.count(name, "raw_items")
+        try:
+            record = json.loads(line)
+            row = self._row(name, config, record)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            yield results.dead_letter(name, where, f"malformed upstream record: {err}")
+            return
+        scenario = get_scenario(name)(self.params["seed"], folder)
+        try:
+            urls = [fileio.join(folder, scenario.frame_path(row, f)) for f in row["frame_ids"]]
+            for url in urls:
+                scenario.validate_file_frame(url)
+        except BadItem as err:
+            yield results.dead_letter(name, err.path or where, err.reason, row["key"])
+            return
+        row["frame_refs"] = [{"kind": "file", "url": u} for u in urls]
+        yield results.sample(name, row)
+
+    def _row(self, name: str, config: str, record: dict) -> dict:
+        from proactivebench_builder.pipeline.manifests import load_manifest
+
+        row = empty_row()
+        for field in ("id", "image_template", "first_image", "num_images", "reference_image",
+                      "prompt", "options", "categories", "answer"):
+            row[field] = record[field]
+        row["id"] = int(row["id"])
+        for field in UPSTREAM_EXTRA_FIELDS + ("question_type",):
+            row[field] = record.get(field)
+        if row["crop"] is not None:
+            row["crop"] = {k: float(row["crop"][k]) for k in ("top", "left", "height", "width")}
+        for field in ("horizontal_step", "vertical_step"):
+            if row[field] is not None:
+                row[field] = float(row[field])
+        row["key"] = record.get("key") or f"{config}/{row['id']}"
+        row["frame_ids"] = upstream_frame_ids(config, record)
+        manifest = load_manifest(name)
+        row["source"] = record.get("source") or {
+            "dataset": manifest["dataset"], "license": manifest["license"],
+            "files": [f"{jsonl_name(config)}#id={row['id']}"]}
+        return row
+
+
+class ImportUpstream(beam.PTransform):
+    """Result values (samples, dead letters, counts) from an upstream release folder."""
+
+    def __init__(self, params: dict):
+        super().__init__()
+        self.params = params
+
+    def expand(self, pbegin):
+        from proactivebench_builder.pipeline.build import Spread
+
+        configs = [c for c in self.params["import_configs"]]
+        return (pbegin
+                | "UpstreamConfigs" >> beam.Create(configs)
+                | "ReadRecords" >> beam.ParDo(ReadRecords(self.params))
+                | "SpreadRecords" >> Spread()
+                | "ImportRecords" >> beam.ParDo(ImportRecord(self.params)))

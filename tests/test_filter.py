@@ -1,0 +1,172 @@
+"""The leakage filter from stored predictions, the keep-list, and the upstream import."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import datasets
+import pytest
+
+from conftest import read_jsonl, run, shard_files
+
+MODELS = ("m1", "m2", "m3", "m4")
+
+
+def _pool(built_miniature, config):
+    return read_jsonl(os.path.join(built_miniature, "upstream", f"{config}_preprocessed.jsonl"))
+
+
+def _predictions(pool, config, correct_count, models=MODELS, skip=()):
+    """One row per model x sample; sample i gets `correct_count(i)` correct models."""
+    rows = []
+    for i, record in enumerate(pool):
+        for m_index, model in enumerate(models):
+            if (model, i) in skip:
+                continue
+            rows.append({"schema_version": 1, "model": model, "config": config,
+                         "key": record["key"], "answer_text": "A",
+                         "correct": m_index < correct_count(i)})
+    return rows
+
+
+def _write_jsonl(path, rows):
+    with open(path, "w") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(path)
+
+
+def test_filter_drops_samples_at_or_above_the_threshold(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "QuickDraw")
+    counts = lambda i: i % 4  # 0/4 kept, 1/4 exactly at 0.25 -> dropped, 2/4 and 3/4 dropped
+    preds = _write_jsonl(tmp_path / "p.jsonl", _predictions(pool, "QuickDraw", counts))
+    out = str(tmp_path / "out")
+    report = run(out, miniature_root, "quickdraw", f"--predictions={preds}")
+    kept = datasets.load_dataset(out, name="QuickDraw", split="test")
+    expected = {r["key"] for i, r in enumerate(pool) if counts(i) == 0}
+    assert set(kept["key"]) == expected
+    assert report["scenarios"]["quickdraw"]["kept"] == len(expected)
+    assert len(datasets.load_dataset(out, name="QuickDraw", split="unfiltered")) == len(pool)
+    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    assert stats["before"] == len(pool) and stats["after"] == len(expected)
+    assert stats["first_round_accuracy_after"] == 0.0
+    assert stats["first_round_accuracy_before"] == pytest.approx(
+        sum(counts(i) / 4 for i in range(len(pool))) / len(pool), abs=1e-6)
+    assert stats["per_model_accuracy"]["m4"] == 0.0
+
+
+def test_ids_are_the_same_before_and_after_filtering(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "QuickDraw")
+    preds = _write_jsonl(tmp_path / "p.jsonl", _predictions(pool, "QuickDraw", lambda i: i % 2))
+    out = str(tmp_path / "out")
+    run(out, miniature_root, "quickdraw", f"--predictions={preds}")
+    by_key = {r["key"]: r["id"] for r in pool}
+    for row in datasets.load_dataset(out, name="QuickDraw", split="test"):
+        assert by_key[row["key"]] == row["id"]
+
+
+def test_csv_and_ids_and_threshold_settings(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "ImageNet-C")
+    path = tmp_path / "p.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["model", "config", "id", "correct"])
+        writer.writeheader()
+        for i, record in enumerate(pool):
+            for m in range(4):
+                writer.writerow({"model": f"m{m}", "config": "ImageNet-C", "id": record["id"],
+                                 "correct": "true" if m < i % 3 else "false"})
+    out = str(tmp_path / "out")
+    run(out, miniature_root, "imagenet_c", f"--predictions={path}", "--filter_threshold=0.5")
+    kept = set(datasets.load_dataset(out, name="ImageNet-C", split="test")["id"])
+    assert kept == {r["id"] for i, r in enumerate(pool) if i % 3 < 2}
+
+
+def test_partial_models_are_refused_unless_allowed(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "QuickDraw")
+    skip = {("m4", 0), ("m4", 1), ("m3", 1)}
+    rows = _predictions(pool, "QuickDraw", lambda i: 1 if i < 2 else 0, skip=skip)
+    preds = _write_jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(Exception, match="models cover only part of the pool: m3 .*m4"):
+        run(str(tmp_path / "refused"), miniature_root, "quickdraw", f"--predictions={preds}")
+    out = str(tmp_path / "out")
+    run(out, miniature_root, "quickdraw", f"--predictions={preds}",
+        "--allow_partial_predictions", "--min_models=3")
+    kept = set(datasets.load_dataset(out, name="QuickDraw", split="test")["key"])
+    # sample 0: 1 of 3 models correct (0.33) -> dropped; sample 1: 2 models only -> unjudged, kept
+    assert pool[0]["key"] not in kept and pool[1]["key"] in kept
+    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    assert stats["unjudged"] == 1
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty"),
+    ('{"model": "m", "config": "QuickDraw", "key": "k", "correct": true}\n' * 2, "duplicate"),
+    ('{"model": "m", "config": "QuickDraw", "correct": true}\n', "names no sample"),
+    ('{"model": "m", "key": "k", "correct": true}\n', "missing"),
+    ('{"model": "m", "config": "QuickDraw", "key": "k", "correct": "maybe"}\n', "not a boolean"),
+    ('not json\n', "not a JSON line"),
+])
+def test_bad_predictions_files_stop_before_any_work(tmp_path, miniature_root, content, message):
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    with pytest.raises(SystemExit, match=message):
+        run(str(tmp_path / "out"), miniature_root, "quickdraw", f"--predictions={path}")
+
+
+def test_predictions_naming_unknown_samples_fail(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "QuickDraw")
+    rows = _predictions(pool, "QuickDraw", lambda i: 0)
+    rows.append(dict(rows[0], key="QuickDraw/cat/123"))
+    preds = _write_jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(Exception, match="not in the pool"):
+        run(str(tmp_path / "out"), miniature_root, "quickdraw", f"--predictions={preds}")
+
+
+def test_same_kept_set_on_multi_processing(tmp_path, miniature_root, built_miniature):
+    pool = _pool(built_miniature, "QuickDraw")
+    preds = _write_jsonl(tmp_path / "p.jsonl", _predictions(pool, "QuickDraw", lambda i: i % 3))
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    run(a, miniature_root, "quickdraw", f"--predictions={preds}")
+    run(b, miniature_root, "quickdraw", f"--predictions={preds}", "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing")
+    assert shard_files(a) == shard_files(b)
+
+
+def test_keep_list_is_refused_on_a_fresh_pool(tmp_path, miniature_root):
+    with pytest.raises(SystemExit, match="only an imported upstream release"):
+        run(str(tmp_path / "out"), miniature_root, "quickdraw", "--keep_list=released")
+
+
+def test_export_import_round_trip_and_keep_list(tmp_path, built_miniature):
+    imported = str(tmp_path / "imported")
+    run(imported, "/unused", "quickdraw,imagenet_c",
+        f"--import_upstream={os.path.join(built_miniature, 'upstream')}")
+    original = shard_files(built_miniature)
+    for name, data in shard_files(imported).items():
+        if name.startswith("unfiltered/"):
+            assert original[name] == data, f"{name} differs after export -> import"
+    keep = tmp_path / "keep.json"
+    keep.write_text(json.dumps({"QuickDraw": [0, 3, 5, 100000]}))
+    out = str(tmp_path / "kept")
+    run(out, "/unused", "quickdraw", f"--import_upstream={os.path.join(built_miniature, 'upstream')}",
+        f"--keep_list={keep}")
+    assert sorted(datasets.load_dataset(out, name="QuickDraw", split="test")["id"]) == [0, 3, 5]
+    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    assert stats["missing_ids"] == [100000]
+
+
+def test_released_keep_list_on_an_imported_pool(tmp_path, built_miniature):
+    from proactivebench_builder.filters.leakage import load_keep_list
+
+    released = load_keep_list("released")
+    assert {c: len(v) for c, v in released.items()} == {
+        "Realistic-Occlusion-Dataset": 88, "OcclusionDataSet-MM20": 42, "MVP-N": 2591,
+        "ImageNet-C": 1095, "QuickDraw": 2105, "ChangeIt": 396, "coco2014": 1240}
+    out = str(tmp_path / "out")
+    run(out, "/unused", "quickdraw", f"--import_upstream={os.path.join(built_miniature, 'upstream')}",
+        "--keep_list=released")
+    pool_ids = set(datasets.load_dataset(out, name="QuickDraw", split="unfiltered")["id"])
+    kept = set(datasets.load_dataset(out, name="QuickDraw", split="test")["id"])
+    assert kept == pool_ids & released["QuickDraw"]
+    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    assert len(stats["missing_ids"]) == len(released["QuickDraw"] - pool_ids)

@@ -1,0 +1,499 @@
+"""VSOD (`OcclusionDataSet-MM20`): someone passes in front of the camera; the model should
+suggest rewinding the video or waiting for the occlusion to disappear.
+
+Raw source: OcclusionDataSet-MM20 (VSOD v1.0, Liao et al., ACM MM 2020) as the authors' loader
+reads it: `OcclusionDataSet-MM20/Data/<split>/<segment>/` holds the frames (sorted file names =
+temporal order) and `OcclusionDataSet-MM20/Annotations/<split>/<segment>/` one VOC-style XML per
+frame, paired with the frames by sort position; each `<object>` child of the root is an occluder
+with a `<bndbox>`. The source has no identity labels, so the answers come from a labels file that
+the manifest names (`parameters.labels_file`, relative to the source root or any URL):
+
+    segment,question_type,answer[,first_image,reference_image]
+    seg_0001,speaker,Ursula von der Leyen
+    seg_0001,number_of_people,Two,,
+    seg_0001,event,Press conference,5,11
+
+`question_type` is one of `speaker`, `number_of_people`, `event`; `answer` must be in the
+manifest's vocabulary for that type (`categories.<type>`, also the distractor pool);
+`first_image` / `reference_image` optionally pin the frames (the paper picked the fully occluded
+frame by hand). One labels row joined to its segment is one raw item and one sample, keyed
+`OcclusionDataSet-MM20/<segment>/<question_type>`.
+
+Record semantics (reference/benchmark_construction.md §2.2):
+- frames: every frame of the segment, `frame_ids` 0..n-1 in sorted-name order, `num_images` = n;
+  `image_template` `OcclusionDataSet-MM20/<segment>/{image}.<ext>` with `{image}` zero-padded to
+  4 digits (the base class default); frame bytes pass through unchanged.
+- options: "Rewind the video." and "Wait for the occlusion to disappear." plus one abstain
+  option; upstream moves -1/+1 modulo `num_images` and never changes the option set, so both
+  moves and the correct category are valid at every step.
+- prompt: one of 15 paraphrases of the row's question type; `question_type` is set. The video
+  pre-prompt ("This is a frame extracted from a video...") is added by the runtime, not stored.
+- categories: the answer plus 3 distractors from the same type's vocabulary.
+
+Choices for the reference's [I]/[?] points:
+- `first_image` (unless pinned): the frame whose occluder boxes cover the largest fraction of the
+  frame (union of boxes / frame area; the earliest on ties).
+- `reference_image` (unless pinned): the unoccluded frame (no `<object>`) nearest to the first
+  frame in the circular order the environment walks; on a tie the later one (reached by
+  waiting). A segment with no unoccluded frame uses its least occluded frame.
+- `strong_occlusions` (a ProactiveBench-derived flag whose rule is unpublished): True when at
+  least `strong_occlusion.min_frames` frames have a union-box fraction of at least
+  `strong_occlusion.min_union_fraction` (defaults 1 and 0.5). Weakly occluded samples stay in
+  the pool with the flag False (upstream's loader skips them at load time; the selection step is
+  shared code and does not).
+- A segment without any occluded frame has no ambiguous first frame: its label rows are rule
+  exclusions (`excluded:no_occlusion`); a segment with no label row is `excluded:no_labels` (the
+  paper discarded instances it could not name).
+- Frame files are the files with an image extension, annotations the `.xml` files (other files,
+  e.g. Thumbs.db, are ignored); pairing is by sort position as in the authors' loader, so the
+  counts must match. `frame_order: natural` sorts digit runs numerically (for unpadded names).
+- Dead letters (one per label row of the segment, with the segment's path and the reason): bad
+  XML, an object without a numeric bndbox, a box outside the image or empty, an XML `<size>`
+  that disagrees with the frame, an undecodable or missing frame, an XML/frame count mismatch,
+  mixed frame formats, pinned frames out of range. Label rows with an unknown question type or
+  answer, a duplicate (segment, type), a malformed line or a segment that does not exist are
+  dead letters naming `labels_file:line`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import posixpath
+import random
+import re
+import xml.etree.ElementTree as ET
+
+from PIL import Image, ImageDraw
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.vocabulary import format_category
+
+DATASET_FOLDER = "OcclusionDataSet-MM20"
+REWIND = "Rewind the video."
+WAIT = "Wait for the occlusion to disappear."
+LABELS_UNIT = "labels"
+SEGMENT_UNIT = "segment:"
+
+QUESTIONS = {
+    "speaker": (
+        "Could you tell me who is talking?",
+        "Can you say who is speaking?",
+        "Who is the person speaking in this video?",
+        "Who is giving the speech here?",
+        "Can you identify the speaker?",
+        "Who is addressing the audience?",
+        "Do you know who is talking in this clip?",
+        "Who is the speaker in this scene?",
+        "Tell me the name of the person who is speaking.",
+        "Which person is delivering this talk?",
+        "Who is the one talking right now?",
+        "Can you recognise who is speaking?",
+        "Whose voice is this, who is the speaker?",
+        "Name the person who is speaking in the video.",
+        "Who is presenting in this video?",
+    ),
+    "number_of_people": (
+        "How many people are in the scene?",
+        "Can you count the people in this video?",
+        "How many persons can be seen here?",
+        "What is the number of people in this scene?",
+        "How many people appear in the clip?",
+        "Could you tell me how many people there are?",
+        "How many individuals are present?",
+        "Count the people shown in this scene.",
+        "How many people are visible in this video?",
+        "What is the total number of persons in the scene?",
+        "How many people are on screen?",
+        "Can you say how many people are present here?",
+        "How many human figures are in this clip?",
+        "Tell me how many people this scene shows.",
+        "How many participants can you see?",
+    ),
+    "event": (
+        "What kind of event is this?",
+        "Can you tell me what event is taking place?",
+        "What type of event is shown in this video?",
+        "What is happening in this scene?",
+        "Which kind of occasion is this?",
+        "What event is being recorded here?",
+        "Could you identify the type of event?",
+        "What sort of gathering is this?",
+        "Describe the event in terms of its type.",
+        "What is the occasion in this video?",
+        "What kind of meeting is taking place?",
+        "Tell me which type of event this clip shows.",
+        "What is this event?",
+        "Which event category does this scene belong to?",
+        "What kind of situation is captured in this clip?",
+    ),
+}
+QUESTION_TYPES = tuple(QUESTIONS)
+LABEL_COLUMNS = ("segment", "question_type", "answer")
+PIN_COLUMNS = ("first_image", "reference_image")
+
+
+# ---- labels ----------------------------------------------------------------------------------
+
+def parse_labels(text: str, vocabulary: dict) -> tuple[list[dict], list[tuple[int, str]]]:
+    """(good rows, [(line, reason)] of bad rows) of a labels CSV. Raise SourceError when the
+    header lacks the required columns (the file as a whole is unusable)."""
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in LABEL_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise SourceError(f"vsod: the labels file lacks columns {missing} "
+                          f"(header: {reader.fieldnames})")
+    good, bad, seen = [], [], set()
+    for row in reader:
+        line = reader.line_num
+        try:
+            label = _parse_label_row(row, vocabulary)
+        except BadItem as err:
+            bad.append((line, err.reason))
+            continue
+        pair = (label["segment"], label["question_type"])
+        if pair in seen:
+            bad.append((line, f"duplicate label: {pair[1]} of {pair[0]} given twice"))
+            continue
+        seen.add(pair)
+        good.append(dict(label, line=line))
+    return good, bad
+
+
+def _parse_label_row(row: dict, vocabulary: dict) -> dict:
+    if None in row or any(row.get(c) is None for c in LABEL_COLUMNS):
+        raise BadItem("malformed labels line: wrong number of fields")
+    segment, qtype, answer = (row[c].strip() for c in LABEL_COLUMNS)
+    if not segment or not answer:
+        raise BadItem("malformed labels line: empty segment or answer")
+    if qtype not in QUESTION_TYPES:
+        raise BadItem(f"unknown question type: {qtype!r} (expected one of {QUESTION_TYPES})")
+    known = {format_category(a): a for a in vocabulary.get(qtype, [])}
+    if format_category(answer) not in known:
+        raise BadItem(f"unknown label: {answer!r} is not in the {qtype} vocabulary")
+    label = {"segment": segment, "question_type": qtype, "answer": known[format_category(answer)]}
+    for column in PIN_COLUMNS:
+        value = (row.get(column) or "").strip()
+        if value and not value.isdigit():
+            raise BadItem(f"malformed labels line: {column} {value!r} is not a frame index")
+        label[column] = int(value) if value else None
+    return label
+
+
+# ---- annotations -------------------------------------------------------------------------------
+
+def parse_annotation(data: bytes) -> tuple[tuple[int, int] | None, list[tuple[float, ...]]]:
+    """((width, height) from `<size>` or None, occluder boxes) of one VOC-style XML file."""
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as err:
+        raise BadItem(f"bad XML: {err}") from None
+    size = None
+    node = root.find("size")
+    if node is not None and node.findtext("width") and node.findtext("height"):
+        try:
+            size = (int(float(node.findtext("width"))), int(float(node.findtext("height"))))
+        except ValueError:
+            raise BadItem("bad XML: non-numeric <size>") from None
+    boxes = []
+    for obj in root.findall("object"):
+        box = obj.find("bndbox")
+        if box is None:
+            raise BadItem("bad XML: an <object> without a <bndbox>")
+        try:
+            boxes.append(tuple(float(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")))
+        except (TypeError, ValueError):
+            raise BadItem("bad XML: a <bndbox> without numeric xmin/ymin/xmax/ymax") from None
+    return size, boxes
+
+
+def check_boxes(boxes, width: int, height: int) -> None:
+    for xmin, ymin, xmax, ymax in boxes:
+        if xmin < 0 or ymin < 0 or xmax > width or ymax > height:
+            raise BadItem(f"box outside the image: ({xmin:g}, {ymin:g}, {xmax:g}, {ymax:g}) "
+                          f"in a {width}x{height} frame")
+        if xmax <= xmin or ymax <= ymin:
+            raise BadItem(f"empty box: ({xmin:g}, {ymin:g}, {xmax:g}, {ymax:g})")
+
+
+def union_area(boxes) -> float:
+    """Exact area of a union of axis-aligned boxes (x slabs, merged y intervals per slab)."""
+    xs = sorted({b[0] for b in boxes} | {b[2] for b in boxes})
+    area = 0.0
+    for left, right in zip(xs, xs[1:]):
+        spans = sorted((b[1], b[3]) for b in boxes if b[0] <= left and b[2] >= right)
+        covered, end = 0.0, None
+        for low, high in spans:
+            if end is None or low > end:
+                covered += high - low
+                end = high
+            elif high > end:
+                covered += high - end
+                end = high
+        area += covered * (right - left)
+    return area
+
+
+def natural_key(name: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+# ---- frame choices -------------------------------------------------------------------------
+
+def most_occluded(fractions: list[float]) -> int:
+    return max(range(len(fractions)), key=lambda i: (fractions[i], -i))
+
+
+def nearest_clear(fractions: list[float], boxed: list[bool], start: int) -> int:
+    """The unoccluded frame nearest to `start` going either way round the circular video (ties:
+    forward, i.e. waiting); the least occluded frame when every frame has an occluder."""
+    n = len(fractions)
+    clear = [i for i in range(n) if not boxed[i]]
+    if not clear:
+        return min(range(n), key=lambda i: (fractions[i], i))
+
+    def distance(i):
+        forward, backward = (i - start) % n, (start - i) % n
+        return (min(forward, backward), 0 if forward <= backward else 1)
+
+    return min(clear, key=distance)
+
+
+def is_strong(fractions: list[float], rule: dict) -> bool:
+    threshold = float(rule.get("min_union_fraction", 0.5))
+    return sum(f >= threshold for f in fractions) >= int(rule.get("min_frames", 1))
+
+
+class VSOD(Scenario):
+    name = "vsod"
+    config_name = "OcclusionDataSet-MM20"
+
+    # ---- layout -------------------------------------------------------------------------------
+
+    def tree(self, kind: str, segment: str = "") -> str:
+        parts = [self.params.get("dataset_dir", DATASET_FOLDER), kind,
+                 self.params.get("split", "test")]
+        return self.path(*parts, segment) if segment else self.path(*parts)
+
+    def labels_url(self) -> str:
+        name = self.params["labels_file"]
+        return name if "://" in name or name.startswith("/") else self.path(name)
+
+    def labels(self) -> tuple[list[dict], list[tuple[int, str]]]:
+        url = self.labels_url()
+        try:
+            text = fileio.read_bytes(url).decode("utf-8-sig")
+        except FileNotFoundError:
+            raise SourceError(f"vsod: no labels file at {url} (parameters.labels_file)") from None
+        return parse_labels(text, self.manifest["categories"])
+
+    def segments(self) -> list[str]:
+        names = set(fileio.list_names(self.tree("Data"))) | set(
+            fileio.list_names(self.tree("Annotations")))
+        return sorted(names)
+
+    def list_units(self) -> list[str]:
+        if not fileio.is_dir(self.tree("Data")):
+            raise SourceError(f"vsod: no frames folder {self.tree('Data')}")
+        self.labels()  # a missing or headerless labels file is a configuration error
+        return [LABELS_UNIT] + [SEGMENT_UNIT + s for s in self.segments()]
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def read_unit(self, unit: str):
+        if unit == LABELS_UNIT:
+            yield from self._read_labels()
+        else:
+            yield from self._read_segment(unit[len(SEGMENT_UNIT):])
+
+    def _read_labels(self):
+        """Label rows that cannot join a segment: malformed, unknown, duplicate or dangling."""
+        good, bad = self.labels()
+        where = self.labels_url()
+        segments = set(self.segments())
+        for line, reason in bad:
+            yield self.count("raw_items")
+            yield self.dead_letter(f"{where}:{line}", reason)
+        for label in good:
+            if label["segment"] not in segments:
+                yield self.count("raw_items")
+                yield self.dead_letter(f"{where}:{label['line']}",
+                                       f"unknown segment: {label['segment']!r} has no folder "
+                                       f"under Data/ or Annotations/")
+
+    def _read_segment(self, segment: str):
+        good, _ = self.labels()
+        rows = [label for label in good if label["segment"] == segment]
+        if not rows:
+            yield self.count("raw_items")
+            yield self.count("excluded:no_labels")
+            return
+        try:
+            analysis = self.analyse_segment(segment)
+        except BadItem as err:
+            for _ in rows:
+                yield self.count("raw_items")
+                yield self.dead_letter(err.path or self.tree("Data", segment), err.reason)
+            return
+        for label in rows:
+            yield self.count("raw_items")
+            if not any(analysis["boxed"]):
+                yield self.count("excluded:no_occlusion")
+                continue
+            key = f"{DATASET_FOLDER}/{segment}/{label['question_type']}"
+            yield self.candidate(key, dict(analysis, label=label))
+
+    def _files(self, folder: str, extensions: tuple[str, ...]) -> list[str]:
+        names = [n for n in fileio.list_names(folder)
+                 if n.lower().endswith(extensions) and not n.startswith(".")]
+        if self.params.get("frame_order", "name") == "natural":
+            names.sort(key=natural_key)
+        return names
+
+    def analyse_segment(self, segment: str) -> dict:
+        """Validate a segment's frames and XML files; per frame, the union-box fraction."""
+        data_dir, ann_dir = self.tree("Data", segment), self.tree("Annotations", segment)
+        for folder, what in ((data_dir, "frames"), (ann_dir, "annotations")):
+            if not fileio.is_dir(folder):
+                raise BadItem(f"missing {what} folder: {self.relative(folder)}", folder)
+        extensions = tuple(self.params.get("image_extensions", (".jpg", ".jpeg", ".png")))
+        frames, xmls = self._files(data_dir, extensions), self._files(ann_dir, (".xml",))
+        if not frames:
+            raise BadItem("empty segment: no frame files", data_dir)
+        if len(frames) != len(xmls):
+            raise BadItem(f"frame/annotation count mismatch: {len(frames)} frames, "
+                          f"{len(xmls)} XML files", data_dir)
+        fractions, boxed, formats = [], [], set()
+        for frame, xml in zip(frames, xmls):
+            fmt, width, height = self.validate_file_frame(fileio.join(data_dir, frame))
+            formats.add(fmt)
+            xml_url = fileio.join(ann_dir, xml)
+            try:
+                size, boxes = parse_annotation(fileio.read_bytes(xml_url))
+                if size is not None and size != (width, height):
+                    raise BadItem(f"inconsistent size: XML says {size[0]}x{size[1]}, frame "
+                                  f"{frame} is {width}x{height}")
+                check_boxes(boxes, width, height)
+            except BadItem as err:
+                raise BadItem(err.reason, xml_url) from None
+            except OSError as err:
+                raise BadItem(f"unreadable annotation: {err}", xml_url) from None
+            fractions.append(round(union_area(boxes) / (width * height), 6) if boxes else 0.0)
+            boxed.append(bool(boxes))
+        if len(formats) != 1:
+            raise BadItem(f"mixed frame formats: {sorted(formats)}", data_dir)
+        ext = ".jpg" if formats == {"JPEG"} else "." + formats.pop().lower()
+        return {"segment": segment, "frames": frames, "ext": ext, "fractions": fractions,
+                "boxed": boxed, "folder": self.relative(data_dir)}
+
+    # ---- building -----------------------------------------------------------------------------
+
+    def build_sample(self, key: str, item: dict) -> dict:
+        label, fractions = item["label"], item["fractions"]
+        n = len(item["frames"])
+        first = label["first_image"]
+        first = most_occluded(fractions) if first is None else first
+        reference = label["reference_image"]
+        if reference is None:
+            reference = nearest_clear(fractions, item["boxed"], first)
+        for slot, value in (("first_image", first), ("reference_image", reference)):
+            if not 0 <= value < n:
+                raise BadItem(f"pinned frame out of range: {slot} {value} in a {n}-frame "
+                              f"segment", f"{self.labels_url()}:{label['line']}")
+        qtype = label["question_type"]
+        row = self.new_row(key)
+        row.update(
+            image_template=f"{DATASET_FOLDER}/{item['segment']}/{{image}}{item['ext']}",
+            first_image=first, num_images=n, reference_image=reference,
+            prompt=self.pick_prompt(key, QUESTIONS[qtype]),
+            options=self.build_options(key, [REWIND, WAIT]),
+            categories=self.pick_categories(key, label["answer"],
+                                            self.manifest["categories"][qtype]),
+            answer=format_category(label["answer"]),
+            question_type=qtype,
+            strong_occlusions=is_strong(fractions, self.params.get("strong_occlusion") or {}),
+            frame_ids=list(range(n)),
+        )
+        folder = self.path(*item["folder"].split("/"))
+        row["source"]["files"] = [f"{item['folder']}/{name}" for name in item["frames"]]
+        row["frame_refs"] = [{"kind": "file", "url": fileio.join(folder, name)}
+                             for name in item["frames"]]
+        return row
+
+    # ---- miniature ----------------------------------------------------------------------------
+
+    @classmethod
+    def write_miniature(cls, root: str, seed: int = 0) -> None:
+        """`OcclusionDataSet-MM20/{Data,Annotations}/{test,train}/<segment>/` with 64x36 JPEG
+        frames `0000.jpg`.. and one VOC XML each (a passer-by from frame 3 to 7: strong, weak or
+        none), and the labels CSV the manifest names."""
+        from proactivebench_builder.pipeline.manifests import load_manifest
+
+        params = load_manifest(cls.name)["parameters"]
+        for spec in params["miniature_segments"]:
+            rng = random.Random(f"{seed}/vsod/{spec['segment']}")
+            write_segment(root, spec["split"], spec["segment"], int(spec["frames"]),
+                          tuple(spec["size"]), passer_by_boxes(spec), rng)
+        fileio.write_bytes_atomic(fileio.join(root, params["labels_file"]),
+                                  params["miniature_labels"].encode("utf-8"))
+
+
+# ---- miniature helpers (also used by the tests) ---------------------------------------------
+
+def passer_by_boxes(spec: dict) -> dict[int, list[tuple[int, int, int, int]]]:
+    """Frame -> occluder boxes of someone crossing from the left: frames `enter`..`leave`-1, the
+    widest at the middle; `peak` is the fraction of the frame height the person covers."""
+    width, height = spec["size"]
+    enter, leave = spec.get("enter", 3), spec.get("leave", 8)
+    peak = float(spec.get("peak", 0.0))
+    boxes = {}
+    if peak <= 0:
+        return boxes
+    box_h = max(2, round(height * peak))
+    span = leave - enter
+    for k, i in enumerate(range(enter, leave)):
+        centre = width * (k + 0.5) / span
+        half = width * (0.5 if k == span // 2 else 0.3) if peak >= 0.5 else width * 0.35
+        left, right = max(0, round(centre - half)), min(width, round(centre + half))
+        top = height - box_h
+        boxes[i] = [(left, top, right, height)]
+        if k == span // 2:  # a second, overlapping occluder (a raised arm): exercises the union
+            boxes[i].append((max(0, left + 4), max(0, top - 2), min(width, left + 12), height))
+    return boxes
+
+
+def annotation_xml(folder: str, filename: str, size, boxes) -> bytes:
+    objects = "".join(
+        "  <object>\n    <name>occlusion</name>\n    <bndbox>\n"
+        f"      <xmin>{b[0]}</xmin>\n      <ymin>{b[1]}</ymin>\n"
+        f"      <xmax>{b[2]}</xmax>\n      <ymax>{b[3]}</ymax>\n    </bndbox>\n  </object>\n"
+        for b in boxes)
+    return (f"<annotation>\n  <folder>{folder}</folder>\n  <filename>{filename}</filename>\n"
+            f"  <size>\n    <width>{size[0]}</width>\n    <height>{size[1]}</height>\n"
+            f"    <depth>3</depth>\n  </size>\n{objects}</annotation>\n").encode("utf-8")
+
+
+def scene_frame(size, boxes, rng: random.Random) -> bytes:
+    """A static "speaker" scene (wall, skin-toned face) with dark occluders drawn in the boxes."""
+    image = Image.new("RGB", size, (90 + rng.randint(0, 10), 110, 140))
+    draw = ImageDraw.Draw(image)
+    w, h = size
+    draw.rectangle((w * 0.4, h * 0.2, w * 0.6, h * 0.8), fill=(225, 180, 150))
+    for box in boxes:
+        draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(25, 25, 30))
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=85)
+    return out.getvalue()
+
+
+def write_segment(root: str, split: str, segment: str, n: int, size, boxes: dict,
+                  rng: random.Random) -> None:
+    base = fileio.join(root, DATASET_FOLDER)
+    for i in range(n):
+        frame_boxes = boxes.get(i, [])
+        name = f"{i:04d}"
+        fileio.write_bytes_atomic(fileio.join(base, "Data", split, segment, f"{name}.jpg"),
+                                  scene_frame(size, frame_boxes, rng))
+        fileio.write_bytes_atomic(
+            fileio.join(base, "Annotations", split, segment, f"{name}.xml"),
+            annotation_xml(segment, f"{name}.jpg", size, frame_boxes))

@@ -1,0 +1,709 @@
+"""Publishing a built folder, separately from the build: to a Hugging Face Hub dataset repo, or to
+any fsspec URL (a local folder, gs://, s3://) in the same layout.
+
+What is published (the "plan"):
+
+- `README.md`, the dataset card the build rendered (its `configs:` block is how `load_dataset` and
+  the Hub viewer find every config and split);
+- every Parquet shard that a `configs:` entry of the card names (`<config>/test-*`,
+  `unfiltered/<config>/test-*`, and `data/train-*` under a `default` config when a train split was
+  added), so the published files are exactly the ones a reader can reach;
+- `reports/*` (build report, dead letters, filter report);
+- with `--with_upstream`, the upstream export laid out as the upstream release's `test/` folder:
+  `test/<config>_preprocessed.jsonl` as they are, and every image folder of `upstream/` packed as
+  a deterministic zip `test/<folder>.zip` (stored, sorted members, fixed timestamps and
+  permissions), so unzipping inside `test/` recreates the paths the templates name.
+
+Choices made where the reference leaves it open ([?] in `benchmark_construction.md` section 6):
+the upstream zip names are not known, so there is one archive per top-level image folder, named
+after it; a folder larger than `archive_max_bytes` (default 5 GB, the Hub's older per-file
+recommendation) is split into `<folder>-00001-of-0000N.zip` parts in sorted member order. Images
+are already compressed, so members are stored, not deflated (faster and byte-stable).
+
+How it is published:
+
+- Hub: a file whose bytes are already on the remote (same LFS sha256, or same git blob id for
+  small files) is skipped, so re-running after an interruption uploads only what is missing.
+  Remote files this publish manages (`*.parquet`, `reports/*`, and `test/*` with `--with_upstream`)
+  that the plan does not contain are stale (e.g. a rebuild with fewer shards) and are deleted,
+  because the card's globs would otherwise read them. When the upload fits `max_commit_bytes` and
+  `max_commit_files`, everything is one atomic `create_commit` with `parent_commit` set (so a
+  concurrent push makes it fail instead of mixing). Otherwise the data files go through
+  `upload_folder` (resumable, several commits) from a staging folder holding only the missing
+  files, and a final commit writes the card and deletes stale files, so the card names the new
+  shards only once they are all present. `HfFileSystem` (one commit per file) is never used.
+- fsspec URL: every missing file is first written under a temporary name (`.tmp-<uuid>-<name>`,
+  which no `configs:` glob matches), then all are renamed (data first, the card last) and stale
+  files are removed; leftovers of an interrupted run are removed as stale too.
+
+The Hub client is behind `HubClient`, whose methods are thin wrappers around single `HfApi`
+calls, so tests replace only those calls (and run with `HF_HUB_OFFLINE=1`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import importlib
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+import zipfile
+
+import yaml
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.records import COLUMNS
+
+CARD = "README.md"
+REPORTS_DIR = "reports"
+UPSTREAM_DIR = "upstream"
+DEFAULT_UPSTREAM_PREFIX = "test"  # the upstream release ships its export under `test/`
+JSONL_SUFFIX = "_preprocessed.jsonl"
+ROW_SPLITS_WITH_CONTRACT = ("test", "unfiltered")  # splits whose rows follow records.COLUMNS
+TEMP_PREFIX = ".tmp-"
+CHUNK = 8 * 1024 * 1024
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest timestamp a zip can hold
+DEFAULT_MAX_COMMIT_BYTES = 5 * 10 ** 9
+DEFAULT_MAX_COMMIT_FILES = 100  # the Hub's recommendation for one commit
+DEFAULT_ARCHIVE_MAX_BYTES = 5 * 10 ** 9
+
+
+class PublishError(RuntimeError):
+    """Publishing cannot go ahead; the message says why and what to do."""
+
+
+# ----------------------------------------------------------------------------- the files
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedFile:
+    """One file of the publication: where it goes, where its bytes are, and its digests."""
+
+    path: str  # relative path in the target (repo path)
+    source: str  # URL or local path of the bytes (a built file or a staged archive)
+    size: int
+    sha256: str
+    git_sha1: str  # git blob id, what the Hub reports for small (non-LFS) files
+    kind: str  # card | shard | report | upstream-jsonl | upstream-file | upstream-archive
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None = None
+    git_sha1: str | None = None
+
+
+def file_digests(url: str) -> tuple[int, str, str]:
+    """(size, sha256, git blob sha1) in one streaming pass."""
+    fs, path = fileio.filesystem(url)
+    size = fs.size(path)
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return size, sha256.hexdigest(), sha1.hexdigest()
+
+
+def file_size(url: str) -> int:
+    fs, path = fileio.filesystem(url)
+    return fs.size(path)
+
+
+def planned_file(path: str, source: str, kind: str) -> PlannedFile:
+    size, sha256, git_sha1 = file_digests(source)
+    return PlannedFile(path, source, size, sha256, git_sha1, kind)
+
+
+def list_files(url: str) -> list[str]:
+    """Sorted relative paths of every file under a folder (temporary files excluded)."""
+    fs, root = fileio.filesystem(url)
+    if not fs.isdir(root):
+        return []
+    root = root.rstrip("/")
+    found = []
+    for full in fs.find(root):
+        relative = posixpath.relpath(full, root)
+        if not posixpath.basename(relative).startswith(TEMP_PREFIX):
+            found.append(relative)
+    return sorted(found)
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+def read_card_configs(folder: str) -> list[dict]:
+    """The `configs:` entries of the card's YAML front matter ([] when there are none)."""
+    text = fileio.read_bytes(fileio.join(folder, CARD)).decode("utf-8")
+    if not text.startswith("---\n"):
+        return []
+    front, sep, _ = text[4:].partition("\n---")
+    meta = yaml.safe_load(front) if sep else None
+    configs = (meta or {}).get("configs") or []
+    return configs if isinstance(configs, list) else []
+
+
+def data_file_patterns(config: dict) -> list[tuple[str, str]]:
+    """(split, glob) pairs of one `configs:` entry; `path` may be a string or a list."""
+    pairs = []
+    data_files = config.get("data_files") or []
+    if isinstance(data_files, str):
+        data_files = [{"split": "train", "path": data_files}]
+    for entry in data_files:
+        paths = entry.get("path")
+        for pattern in [paths] if isinstance(paths, str) else list(paths or []):
+            pairs.append((entry.get("split", "train"), pattern))
+    return pairs
+
+
+def split_shards(configs: list[dict], files: list[str]) -> dict[tuple[str, str], list[str]]:
+    """(config, split) -> the files its globs match, sorted."""
+    matched = {}
+    for config in configs:
+        for split, pattern in data_file_patterns(config):
+            key = (config.get("config_name", "default"), split)
+            hits = [f for f in files if fnmatch.fnmatchcase(f, pattern)]
+            matched[key] = sorted(set(matched.get(key, [])) | set(hits))
+    return matched
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def check_built_folder(folder: str) -> list[str]:
+    """Problems that make a built folder unfit to publish ([] when it is fine): a card with a
+    `configs:` block, every split's shards present, opening with pyarrow with the expected
+    columns and the row counts of `reports/build.json`, and a complete build report."""
+    if not fileio.is_dir(folder):
+        return [f"{folder}: no such folder (build it first with run_pipeline.py --output ...)"]
+    files = list_files(folder)
+    if CARD not in files:
+        return [f"{CARD} (the dataset card) is missing: the build did not finish"]
+    configs = read_card_configs(folder)
+    if not configs:
+        return [f"{CARD} has no `configs:` block in its YAML front matter"]
+    problems = []
+    shards = split_shards(configs, files)
+    rows = {}
+    for (config, split), paths in sorted(shards.items()):
+        if not paths:
+            problems.append(f"config {config!r} split {split!r}: no file matches its data_files")
+        problems += check_shards(folder, config, split, paths, rows)
+    reachable = {p for paths in shards.values() for p in paths}
+    problems += [f"{p}: a Parquet file no `configs:` entry names (stale or unreachable)"
+                 for p in files if p.endswith(".parquet") and p not in reachable]
+    problems += check_build_report(folder, files, rows)
+    return problems
+
+
+def check_shards(folder: str, config: str, split: str, paths: list[str], rows: dict) -> list[str]:
+    """Every shard opens, the contract splits have every record column, all shards of a split
+    share one schema; records the split's row count in `rows`."""
+    import pyarrow.parquet as pq
+
+    problems, schemas, total = [], set(), 0
+    for path in paths:
+        fs, local = fileio.filesystem(fileio.join(folder, path))
+        try:
+            with fs.open(local, "rb") as handle:
+                parquet = pq.ParquetFile(handle)
+                schema, total = parquet.schema_arrow, total + parquet.metadata.num_rows
+        except Exception as err:  # a truncated or foreign file: report it, keep checking
+            problems.append(f"{path}: does not open as Parquet ({err})")
+            continue
+        schemas.add(schema.remove_metadata().to_string())
+        missing = [c for c in COLUMNS if c not in schema.names]
+        if split in ROW_SPLITS_WITH_CONTRACT and missing:
+            problems.append(f"{path}: lacks columns {missing}")
+    if len(schemas) > 1:
+        problems.append(f"config {config!r} split {split!r}: shards have different schemas")
+    rows[(config, split)] = total
+    return problems
+
+
+def check_build_report(folder: str, files: list[str], rows: dict) -> list[str]:
+    path = f"{REPORTS_DIR}/build.json"
+    if path not in files:
+        return [f"{path} is missing: the build did not finish"]
+    try:
+        report = json.loads(fileio.read_bytes(fileio.join(folder, path)))
+        scenarios = report["scenarios"]
+    except (ValueError, KeyError, TypeError) as err:
+        return [f"{path}: unreadable build report ({err})"]
+    problems = [] if report.get("stamp") else [f"{path}: no reproducibility `stamp`"]
+    for name, entry in sorted(scenarios.items()):
+        config = entry.get("config")
+        if not config:
+            continue
+        if not entry.get("accounted", False):
+            problems.append(f"{path}: {name}: raw items != samples + dead letters + excluded")
+        for split, expected in sorted((entry.get("rows") or {}).items()):
+            found = rows.get((config, split))
+            if found is None:
+                problems.append(f"{CARD}: no `configs:` entry for {config!r} split {split!r}")
+            elif found != expected:
+                problems.append(f"config {config!r} split {split!r}: shards hold {found} rows, "
+                                f"{path} says {expected} (incomplete or mixed output)")
+    return problems
+
+
+def external_validator():
+    """`validate_folder(path) -> list[str]` from pipeline/validate_command.py, when present."""
+    try:
+        module = importlib.import_module("proactivebench_builder.pipeline.validate_command")
+    except ModuleNotFoundError as err:
+        if err.name != "proactivebench_builder.pipeline.validate_command":
+            raise
+        return None
+    return getattr(module, "validate_folder", None)
+
+
+def validate_for_publishing(folder: str) -> None:
+    problems = check_built_folder(folder)
+    validator = external_validator()
+    if validator is not None and not problems:
+        problems = list(validator(folder))
+    if problems:
+        raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
+
+
+# ----------------------------------------------------------------------------- archives
+
+
+def write_deterministic_zip(members: list[tuple[str, str]], dest: str) -> None:
+    """A zip of (name in archive, source URL) members, byte-identical on every run: sorted
+    members, stored, fixed timestamp, permissions and creator system."""
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, source in sorted(members):
+            fs, path = fileio.filesystem(source)
+            info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_STORED
+            info.create_system = 3  # unix, so the permission bits below mean the same everywhere
+            info.external_attr = 0o100644 << 16
+            info.file_size = fs.size(path)
+            with fs.open(path, "rb") as src, archive.open(info, "w", force_zip64=True) as out:
+                shutil.copyfileobj(src, out, CHUNK)
+
+
+def archive_parts(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """Sorted members cut into consecutive parts of at most `max_bytes` (a larger member gets
+    a part of its own)."""
+    parts, current, used = [], [], 0
+    for name in sorted(names):
+        if current and used + sizes[name] > max_bytes:
+            parts.append(current)
+            current, used = [], 0
+        current.append(name)
+        used += sizes[name]
+    return parts + ([current] if current else [])
+
+
+def archive_name(folder: str, index: int, count: int) -> str:
+    return f"{folder}.zip" if count == 1 else f"{folder}-{index + 1:05d}-of-{count:05d}.zip"
+
+
+def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> list[PlannedFile]:
+    """The upstream export as the upstream release's `test/`: top-level files as they are, each
+    top-level image folder packed into zip archive(s) written under `staging`."""
+    upstream = fileio.join(folder, UPSTREAM_DIR)
+    files = list_files(upstream)
+    if not any(f.endswith(JSONL_SUFFIX) and "/" not in f for f in files):
+        raise PublishError(f"--with_upstream: {upstream} holds no *{JSONL_SUFFIX} (was the build "
+                           "run with --no_upstream_export?); rebuild, or publish without it")
+    planned = []
+    groups = {}
+    for name in files:
+        top, sep, _ = name.partition("/")
+        if sep:
+            groups.setdefault(top, []).append(name)
+        else:
+            kind = "upstream-jsonl" if name.endswith(JSONL_SUFFIX) else "upstream-file"
+            planned.append(planned_file(f"{prefix}/{name}", fileio.join(upstream, name), kind))
+    for top, names in sorted(groups.items()):
+        sizes = {n: file_size(fileio.join(upstream, n)) for n in names}
+        parts = archive_parts(names, sizes, max_bytes)
+        for index, members in enumerate(parts):
+            repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
+            dest = os.path.join(staging, "archives", *repo_path.split("/"))
+            write_deterministic_zip([(n, fileio.join(upstream, n)) for n in members], dest)
+            planned.append(planned_file(repo_path, dest, "upstream-archive"))
+    return planned
+
+
+def built_files(folder: str) -> list[PlannedFile]:
+    """The card, every shard a `configs:` entry names, and the reports."""
+    files = list_files(folder)
+    shards = split_shards(read_card_configs(folder), files)
+    chosen = {CARD: "card"}
+    chosen.update({p: "shard" for paths in shards.values() for p in paths})
+    chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
+    return [planned_file(p, fileio.join(folder, p), kind) for p, kind in sorted(chosen.items())]
+
+
+def collect_files(folder: str, staging: str, with_upstream: bool = False,
+                  upstream_prefix: str = DEFAULT_UPSTREAM_PREFIX,
+                  archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES) -> list[PlannedFile]:
+    planned = built_files(folder)
+    if with_upstream:
+        planned += upstream_files(folder, staging, upstream_prefix, archive_max_bytes)
+    return sorted(planned, key=lambda f: f.path)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclasses.dataclass
+class Plan:
+    target: str
+    files: list[PlannedFile]
+    upload: list[PlannedFile]
+    skip: list[PlannedFile]
+    delete: list[str]
+    atomic: bool  # the Hub: one commit for everything; otherwise several, the card last
+    commit_message: str
+    how: str = ""  # how the target applies this plan, in words
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def upload_bytes(self) -> int:
+        return sum(f.size for f in self.upload)
+
+    @property
+    def empty(self) -> bool:
+        return not self.upload and not self.delete
+
+
+def is_identical(planned: PlannedFile, remote: RemoteFile | None) -> bool:
+    if remote is None or remote.size != planned.size:
+        return False
+    if remote.sha256 is not None:
+        return remote.sha256 == planned.sha256
+    return remote.git_sha1 is not None and remote.git_sha1 == planned.git_sha1
+
+
+def is_managed(path: str, with_upstream: bool, upstream_prefix: str) -> bool:
+    """Remote paths this publish owns: a stale one is deleted. Anything else (`.gitattributes`,
+    files a user added) is left alone."""
+    if posixpath.basename(path).startswith(TEMP_PREFIX) or path.endswith(".parquet"):
+        return True
+    if path.startswith(REPORTS_DIR + "/"):
+        return True
+    return with_upstream and path.startswith(upstream_prefix + "/")
+
+
+def make_plan(target: str, files: list[PlannedFile], remote: dict[str, RemoteFile],
+              commit_message: str, with_upstream: bool, upstream_prefix: str,
+              max_commit_bytes: int, max_commit_files: int) -> Plan:
+    wanted = {f.path for f in files}
+    skip = [f for f in files if is_identical(f, remote.get(f.path))]
+    upload = [f for f in files if not is_identical(f, remote.get(f.path))]
+    delete = sorted(p for p in remote
+                    if p not in wanted and is_managed(p, with_upstream, upstream_prefix))
+    atomic = (sum(f.size for f in upload) <= max_commit_bytes
+              and len(upload) + len(delete) <= max_commit_files)
+    return Plan(target, files, upload, skip, delete, atomic, commit_message)
+
+
+def default_commit_message(folder: str) -> str:
+    report = json.loads(fileio.read_bytes(fileio.join(folder, REPORTS_DIR, "build.json")))
+    stamp = report.get("stamp") or {}
+    configs = sorted({e["config"] for e in report["scenarios"].values() if e.get("config")})
+    return (f"Publish ProactiveBench build: {', '.join(configs)} "
+            f"(code {stamp.get('code_version', '?')}, seed {stamp.get('seed', '?')})")
+
+
+def format_plan(plan: Plan) -> str:
+    """Every file with its size and sha256, what happens to it, and the commit message."""
+    action = {f.path: ("upload", f) for f in plan.upload}
+    action.update({f.path: ("skip", f) for f in plan.skip})
+    width = max([len(p) for p in list(action) + plan.delete] + [4])
+    how = "nothing to do: the target already holds this build" if plan.empty else plan.how
+    lines = [f"target: {plan.target}", *plan.notes, f"how: {how}",
+             f"commit message: {plan.commit_message}", ""]
+    for path in sorted(action):
+        verb, f = action[path]
+        note = "  (identical on the target, skipped)" if verb == "skip" else ""
+        lines.append(f"  {verb:6s} {path:{width}s} {f.size:>14,d} B  sha256:{f.sha256}{note}")
+    for path in plan.delete:
+        lines.append(f"  {'delete':6s} {path:{width}s}  (stale: not part of this build)")
+    lines += ["", f"upload {len(plan.upload)} files ({plan.upload_bytes:,d} B), skip "
+              f"{len(plan.skip)} already on the target, delete {len(plan.delete)} stale"]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- staging
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def stage_files(files: list[PlannedFile], folder: str) -> dict[str, str]:
+    """Lay `files` out under `folder` by their repo path: hard links of local sources (no copy),
+    a copy when linking is impossible or the source is remote. Returns repo path -> local path."""
+    staged = {}
+    for f in files:
+        dest = os.path.join(folder, *f.path.split("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.exists(dest):
+            os.remove(dest)
+        fs, path = fileio.filesystem(f.source)
+        try:
+            if not is_local(f.source):
+                raise OSError("remote source")
+            os.link(path, dest)
+        except OSError:  # another device, no hard links, or a remote source: copy instead
+            with fs.open(path, "rb") as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, CHUNK)
+        staged[f.path] = dest
+    return staged
+
+
+# ----------------------------------------------------------------------------- Hub target
+
+
+class HubClient:
+    """The Hub at the network boundary: each method is one `HfApi` call, with offline mode and
+    missing repositories turned into clear `PublishError`s."""
+
+    def __init__(self, token: str | None):
+        from huggingface_hub import HfApi
+
+        self.api = HfApi(token=token)
+
+    def call(self, what: str, method: str, *args, **kwargs):
+        from huggingface_hub.errors import OfflineModeIsEnabled
+
+        try:
+            return getattr(self.api, method)(*args, **kwargs)
+        except OfflineModeIsEnabled as err:
+            raise PublishError(f"cannot {what}: Hugging Face offline mode is on (HF_HUB_OFFLINE=1)."
+                               " Unset HF_HUB_OFFLINE to publish to the Hub, or publish to a "
+                               "folder with --to.") from err
+
+    def head_commit(self, repo_id: str, revision: str | None) -> str | None:
+        """The commit sha of `revision`, or None when the repo does not exist."""
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+        try:
+            info = self.call(f"read dataset repo {repo_id}", "repo_info", repo_id,
+                             repo_type="dataset", revision=revision)
+        except RevisionNotFoundError as err:
+            raise PublishError(f"dataset repo {repo_id} has no revision {revision!r}; create the "
+                               "branch first (e.g. `hf repo branch create`)") from err
+        except RepositoryNotFoundError:
+            return None
+        return info.sha
+
+    def create_repo(self, repo_id: str, private: bool) -> None:
+        self.call(f"create dataset repo {repo_id}", "create_repo", repo_id, repo_type="dataset",
+                  private=private, exist_ok=True)
+
+    def remote_files(self, repo_id: str, revision: str | None) -> dict[str, RemoteFile]:
+        entries = self.call(f"list the files of {repo_id}", "list_repo_tree", repo_id,
+                            recursive=True, repo_type="dataset", revision=revision)
+        found = {}
+        for entry in entries:
+            if not hasattr(entry, "blob_id"):  # a folder
+                continue
+            sha256 = entry.lfs.sha256 if getattr(entry, "lfs", None) else None
+            found[entry.path] = RemoteFile(entry.path, entry.size, sha256, entry.blob_id)
+        return found
+
+    def commit(self, repo_id: str, operations: list, message: str, revision: str | None,
+               parent_commit: str | None):
+        return self.call(f"commit to {repo_id}", "create_commit", repo_id, operations,
+                         commit_message=message, repo_type="dataset", revision=revision,
+                         parent_commit=parent_commit)
+
+    def upload_folder(self, repo_id: str, folder: str, message: str, revision: str | None):
+        return self.call(f"upload to {repo_id}", "upload_folder", repo_id=repo_id,
+                         folder_path=folder, commit_message=message, repo_type="dataset",
+                         revision=revision)
+
+
+def resolve_token(required: bool) -> str | None:
+    """The token from the usual places: HF_TOKEN, then the file `hf auth login` writes."""
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if token is None and required:
+        raise PublishError("no Hugging Face token: set HF_TOKEN or run `hf auth login` "
+                           "(a token with write access to the dataset repo)")
+    return token
+
+
+class HubTarget:
+    """A dataset repo on the Hugging Face Hub."""
+
+    def __init__(self, repo_id: str, revision: str | None = None, create: bool = False,
+                 private: bool = False, client: HubClient | None = None):
+        self.repo_id, self.revision, self.create, self.private = repo_id, revision, create, private
+        self.client = client
+        self.parent_commit = None
+        self.exists = True
+
+    def describe(self) -> str:
+        return f"Hugging Face dataset repo {self.repo_id} (revision {self.revision or 'main'})"
+
+    def prepare(self, dry_run: bool) -> list[str]:
+        """Token and repo are checked before any heavy work; returns notes for the plan."""
+        if self.client is None:
+            self.client = HubClient(resolve_token(required=not dry_run))
+        self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+        if self.parent_commit is not None:
+            return [f"repo {self.repo_id} exists, at commit {self.parent_commit}"]
+        if not self.create:
+            raise PublishError(f"dataset repo {self.repo_id} does not exist (or the token cannot "
+                               "see it); pass --create to create it")
+        if dry_run:
+            self.exists = False
+            return [f"repo {self.repo_id} does not exist: it would be created (--create)"]
+        self.client.create_repo(self.repo_id, self.private)
+        self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+        return [f"created dataset repo {self.repo_id}"]
+
+    def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
+        if not self.exists:
+            return {}
+        return self.client.remote_files(self.repo_id, self.revision)
+
+    def how(self, plan: Plan) -> str:
+        if plan.atomic:
+            return "one atomic commit (create_commit)"
+        return ("resumable multi-commit upload of the data files (upload_folder), then one commit "
+                "with the card and the deletions: too large for one commit")
+
+    def apply(self, plan: Plan, staging: str) -> None:
+        if plan.atomic:
+            staged = stage_files(plan.upload, os.path.join(staging, "upload"))
+            operations = add_operations(staged) + delete_operations(plan.delete)
+            self.client.commit(self.repo_id, operations, plan.commit_message, self.revision,
+                               self.parent_commit)
+            return
+        # The card goes last, so it names the new shards only once they are all there.
+        data = [f for f in plan.upload if f.path != CARD]
+        card = [f for f in plan.upload if f.path == CARD]
+        if data:
+            data_root = os.path.join(staging, "upload-data")
+            stage_files(data, data_root)
+            self.client.upload_folder(self.repo_id, data_root, plan.commit_message, self.revision)
+        if card or plan.delete:
+            staged = stage_files(card, os.path.join(staging, "upload-card"))
+            operations = add_operations(staged) + delete_operations(plan.delete)
+            self.client.commit(self.repo_id, operations, plan.commit_message + " (card)",
+                               self.revision, None)
+
+
+def add_operations(staged: dict[str, str]) -> list:
+    from huggingface_hub import CommitOperationAdd
+
+    return [CommitOperationAdd(path_in_repo=path, path_or_fileobj=local)
+            for path, local in sorted(staged.items())]
+
+
+def delete_operations(paths: list[str]) -> list:
+    from huggingface_hub import CommitOperationDelete
+
+    return [CommitOperationDelete(path_in_repo=path) for path in paths]
+
+
+# ----------------------------------------------------------------------------- fsspec target
+
+
+class FsspecTarget:
+    """A folder at any fsspec URL, in the same layout as the Hub repo."""
+
+    def __init__(self, url: str):
+        self.url = url if "://" in url else os.path.abspath(url)
+        self.fs, self.root = fileio.filesystem(self.url)
+        self.root = self.root.rstrip("/")
+
+    def describe(self) -> str:
+        return f"folder {self.url}"
+
+    def how(self, plan: Plan) -> str:
+        return "write every file under a temporary name, then rename (data first, card last)"
+
+    def prepare(self, dry_run: bool) -> list[str]:
+        if self.fs.exists(self.root) and not self.fs.isdir(self.root):
+            raise PublishError(f"{self.url} exists and is not a folder")
+        return [] if self.fs.exists(self.root) else [f"{self.url} does not exist: it will be created"]
+
+    def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
+        """Sizes of every file; sha256 only where a planned file of the same size could match
+        (hashing the whole target on every run would read all of it)."""
+        if not self.fs.isdir(self.root):
+            return {}
+        sizes = {f.path: f.size for f in files}
+        found = {}
+        for full, info in sorted(self.fs.find(self.root, detail=True).items()):
+            path = posixpath.relpath(full, self.root)
+            same_size = sizes.get(path) == info["size"]
+            sha256 = file_digests(self.final_url(path))[1] if same_size else None
+            found[path] = RemoteFile(path, info["size"], sha256)
+        return found
+
+    def final_url(self, path: str) -> str:
+        return fileio.join(self.url, *path.split("/"))
+
+    def apply(self, plan: Plan, staging: str) -> None:
+        written = []
+        try:
+            for f in plan.upload:
+                written.append((self.write_temporary(f), f))
+        except BaseException:
+            for temp, _ in written:
+                self.fs.rm(temp)
+            raise
+        # Data first and the card last, so the card never names a file that is not there yet.
+        written.sort(key=lambda item: (item[1].path == CARD, item[1].path))
+        for temp, f in written:
+            self.fs.mv(temp, posixpath.join(self.root, f.path))
+        for path in plan.delete:
+            self.fs.rm(posixpath.join(self.root, path))
+
+    def write_temporary(self, f: PlannedFile) -> str:
+        """Copies `f` next to its final place under a name no `configs:` glob matches."""
+        dest = posixpath.join(self.root, f.path)
+        self.fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+        temp = fileio.temporary_name(dest)
+        src_fs, src = fileio.filesystem(f.source)
+        with src_fs.open(src, "rb") as inp, self.fs.open(temp, "wb") as out:
+            shutil.copyfileobj(inp, out, CHUNK)
+        return temp
+
+
+# ----------------------------------------------------------------------------- publish
+
+
+def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool = False,
+            upstream_prefix: str = DEFAULT_UPSTREAM_PREFIX, commit_message: str | None = None,
+            max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
+            max_commit_files: int = DEFAULT_MAX_COMMIT_FILES,
+            archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES,
+            staging_dir: str | None = None) -> Plan:
+    """Validate `folder`, plan against what `target` already holds, and (unless `dry_run`)
+    upload what is missing and delete what is stale. Returns the plan."""
+    validate_for_publishing(folder)
+    notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work
+    owned_staging = staging_dir is None
+    staging = tempfile.mkdtemp(prefix="proactivebench-publish-") if owned_staging else staging_dir
+    try:
+        files = collect_files(folder, staging, with_upstream, upstream_prefix, archive_max_bytes)
+        message = commit_message or default_commit_message(folder)
+        plan = make_plan(target.describe(), files, target.remote_files(files), message,
+                         with_upstream, upstream_prefix, max_commit_bytes, max_commit_files)
+        plan.notes, plan.how = notes, target.how(plan)
+        if not dry_run and not plan.empty:
+            target.apply(plan, staging)
+        return plan
+    finally:
+        if owned_staging:
+            shutil.rmtree(staging, ignore_errors=True)

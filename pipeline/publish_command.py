@@ -1,0 +1,81 @@
+"""`run_pipeline.py publish DIR (--repo_id OWNER/NAME | --to URL) [--dry-run] ...`
+
+Publishes a built output folder (see `pipeline/publish.py` for what is published and how):
+to a Hugging Face Hub dataset repo with `--repo_id` (token from HF_TOKEN or `hf auth login`), or
+to any fsspec URL with `--to` (a local folder, gs://, s3://) in the same layout. `--dry-run`
+prints the plan (every file, its size and sha256, the commit message, what is already on the
+target and would be skipped, what is stale and would be deleted) and changes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from proactivebench_builder.pipeline import publish
+
+HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_pipeline.py publish", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", help="the built output folder (run_pipeline.py --output DIR)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--repo_id", help="Hub dataset repo to publish to, e.g. me/ProactiveBench")
+    where.add_argument("--to", metavar="URL",
+                       help="publish to this folder or fsspec URL instead (gs://, s3://, ...)")
+    p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
+                   help="print the plan and change nothing")
+    p.add_argument("--create", action="store_true",
+                   help="create the Hub dataset repo when it does not exist")
+    p.add_argument("--private", action="store_true", help="with --create: a private repo")
+    p.add_argument("--revision", default=None, help="Hub branch to commit to (default: main)")
+    p.add_argument("--with_upstream", action="store_true",
+                   help="also publish the upstream export as the upstream release's test/ "
+                        "folder: the *_preprocessed.jsonl files and one zip per image folder")
+    p.add_argument("--upstream_prefix", default=publish.DEFAULT_UPSTREAM_PREFIX,
+                   help="folder of the upstream export in the target (default: %(default)s)")
+    p.add_argument("--commit_message", default=None,
+                   help="default: names the configs, code version and seed of the build")
+    p.add_argument("--max_commit_bytes", type=int, default=publish.DEFAULT_MAX_COMMIT_BYTES,
+                   help="largest upload done as one atomic commit; above it, the resumable "
+                        "multi-commit upload is used (default: %(default)s)")
+    p.add_argument("--max_commit_files", type=int, default=publish.DEFAULT_MAX_COMMIT_FILES,
+                   help="most files (uploads + deletions) in one atomic commit "
+                        "(default: %(default)s)")
+    p.add_argument("--archive_max_bytes", type=int, default=publish.DEFAULT_ARCHIVE_MAX_BYTES,
+                   help="largest upstream zip before it is split into parts "
+                        "(default: %(default)s)")
+    p.add_argument("--staging_dir", default=None,
+                   help="local folder for archives and staged uploads (default: a temporary "
+                        "folder, removed afterwards); needs room for the archives")
+    return p
+
+
+def target_of(args: argparse.Namespace):
+    if args.repo_id:
+        return publish.HubTarget(args.repo_id, revision=args.revision, create=args.create,
+                                 private=args.private)
+    if args.create or args.private or args.revision:
+        raise publish.PublishError("--create, --private and --revision apply to --repo_id only")
+    return publish.FsspecTarget(args.to)
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    try:
+        plan = publish.publish(
+            args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
+            upstream_prefix=args.upstream_prefix.strip("/"), commit_message=args.commit_message,
+            max_commit_bytes=args.max_commit_bytes, max_commit_files=args.max_commit_files,
+            archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir)
+    except publish.PublishError as err:
+        print(f"PUBLISH FAILED: {err}", file=sys.stderr)
+        return 2
+    print(publish.format_plan(plan))
+    if args.dry_run:
+        print("dry run: nothing was changed")
+    elif not plan.empty:
+        print(f"published to {plan.target}")
+    return 0

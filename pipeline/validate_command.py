@@ -364,10 +364,10 @@ def steps_coco(row: dict) -> list[str]:
     direction = row.get("direction")
     if direction not in COCO_DIRECTIONS:
         problems.append(f"direction {direction!r} not one of {sorted(COCO_DIRECTIONS)}")
+        return problems
     if not row.get("granularity") or row["granularity"] < 1:
         problems.append(f"granularity={row.get('granularity')}, need >= 1")
-    if not row.get("horizontal_step") or not row.get("vertical_step"):
-        problems.append("horizontal_step/vertical_step missing or zero")
+    problems += coco_step_problems(row)
     crop = row.get("crop")
     if not crop or any(crop.get(k) is None for k in ("top", "left", "height", "width")):
         problems.append(f"crop {crop!r} lacks top/left/height/width")
@@ -376,6 +376,35 @@ def steps_coco(row: dict) -> list[str]:
     left, top, right, bottom = first_view_box(row)
     if right <= left or bottom <= top:
         problems.append(f"first view box {(left, top, right, bottom)} is empty")
+    return problems
+
+
+COCO_MOVE_OPTIONS = {"left": "Move the camera to the left.", "right": "Move the camera to the right.",
+                     "up": "Move the camera up.", "down": "Move the camera down.",
+                     "zoom": "Move farther from the object."}
+
+
+def coco_moved_axes(direction: str) -> set[str]:
+    """The direction's parts ("up_left" -> {"up", "left"}; zoom moves every side)."""
+    return {"zoom"} if direction == "zoom" else set(direction.split("_"))
+
+
+def coco_step_problems(row: dict) -> list[str]:
+    """A moved axis needs a positive step (the other may be 0); the proactive options are
+    exactly the direction's move texts, which the environment removes by their exact text."""
+    h, v = row.get("horizontal_step"), row.get("vertical_step")
+    if h is None or v is None or h < 0 or v < 0:
+        return [f"horizontal_step={h}, vertical_step={v}: need values >= 0"]
+    parts = coco_moved_axes(row["direction"])
+    problems = []
+    if (parts & {"left", "right", "zoom"} and not h) or (parts & {"up", "down", "zoom"} and not v):
+        problems.append(f"direction {row['direction']!r} moves an axis whose step is 0 "
+                        f"(horizontal {h}, vertical {v})")
+    expected = {COCO_MOVE_OPTIONS[p] for p in parts}
+    proactive = {o for o in row.get("options") or [] if not vocabulary.is_abstain(o)}
+    if proactive != expected:
+        problems.append(f"proactive options {sorted(proactive)} do not match direction "
+                        f"{row['direction']!r} ({sorted(expected)})")
     return problems
 
 

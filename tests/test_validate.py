@@ -1,0 +1,204 @@
+"""`run_pipeline.py validate`: a clean build passes, and each violation the validator claims to
+catch is caught when a copy of a built folder is broken that way (a shard rewritten with
+pyarrow with one field changed, a report removed, a card edited)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.pipeline.validate_command import main, validate_folder
+
+
+@pytest.fixture
+def broken(built_miniature, tmp_path) -> str:
+    """A private copy of the built folder (without the upstream export, not validated)."""
+    copy = str(tmp_path / "built")
+    shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream"))
+    return copy
+
+
+def first_shard(root: str, config: str, split: str = "unfiltered") -> str:
+    folder = os.path.join(root, config) if split == "test" else os.path.join(root, split, config)
+    shards = sorted(glob.glob(os.path.join(folder, "*.parquet")))
+    if not shards:
+        pytest.skip(f"no {split} shard for {config} in this build")
+    return shards[0]
+
+
+def rewrite(path: str, change, schema: pa.Schema | None = None) -> None:
+    """Read a shard, let `change(rows)` edit the row dicts, write it back."""
+    rows = pq.read_table(path).to_pylist()
+    change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema or arrow_schema()), path)
+
+
+def problems_after(root: str, config: str, change, split: str = "unfiltered") -> list[str]:
+    rewrite(first_shard(root, config, split), change)
+    return validate_folder(root)
+
+
+def assert_reported(problems: list[str], *fragments: str) -> None:
+    assert any(all(f in p for f in fragments) for p in problems), (fragments, problems)
+
+
+def test_clean_build_has_no_problems(built_miniature):
+    assert validate_folder(built_miniature) == []
+
+
+def test_main_exit_codes(built_miniature, broken, capsys):
+    assert main([built_miniature]) == 0
+    os.remove(os.path.join(broken, "reports", "build.json"))
+    assert main([broken]) == 1
+    assert "build.json: missing" in capsys.readouterr().out
+
+
+def set_first(field, value):
+    def change(rows):
+        rows[0][field] = value
+    return change
+
+
+ROW_VIOLATIONS = {
+    "answer not in categories": ("QuickDraw", set_first("answer", "Nope."), "not in categories"),
+    "three categories": ("QuickDraw", lambda r: r[0].update(categories=r[0]["categories"][:3]),
+                         "3 categories, expected 4"),
+    "repeated category": ("QuickDraw",
+                          lambda r: r[0].update(categories=[r[0]["answer"]] * 4),
+                          "categories repeat"),
+    "no options": ("QuickDraw", set_first("options", []), "no options"),
+    "empty option": ("QuickDraw", lambda r: r[0].update(options=r[0]["options"] + [" "]),
+                     "an empty option"),
+    "two abstain options": ("QuickDraw",
+                            lambda r: r[0].update(options=["I cannot tell.", "I do not know."]),
+                            "abstain options, expected 1"),
+    "option without an action": ("QuickDraw",
+                                 lambda r: r[0].update(options=["I cannot tell.", "Try harder."]),
+                                 "need exactly one"),
+    "first frame missing": ("QuickDraw", set_first("first_image", 999), "first_image=999"),
+    "reference frame missing": ("ImageNet-C", set_first("reference_image", 0),
+                                "reference_image=0"),
+    "frame does not decode": ("QuickDraw",
+                              lambda r: r[0]["frames"][0].update(bytes=b"\x89PNG broken"),
+                              "undecodable image"),
+    "frame missing": ("QuickDraw", lambda r: r[0].update(frames=r[0]["frames"][:-1]),
+                      "frames for"),
+    "QuickDraw cap": ("QuickDraw", lambda r: r[0].update(num_images=r[0]["num_images"] + 1),
+                      "num_images="),
+    "ROD frame missing": ("Realistic-Occlusion-Dataset",
+                          lambda r: r[0].update(num_images=r[0]["num_images"] + 1),
+                          "num_images="),
+    "MVP-N cap": ("MVP-N", lambda r: r[0].update(num_images=r[0]["num_images"] + 1),
+                  "len(valid_images)"),
+    "MVP-N chain": ("MVP-N", lambda r: r[0].update(valid_images=r[0]["valid_images"][::-1]),
+                    "chain's ends"),
+    "ImageNet-C levels": ("ImageNet-C", lambda r: r[0].update(num_images=4),
+                          "the number of levels=5"),
+    "ImageNet-C quality answer": ("ImageNet-C", set_first("quality_answer", "Add contrast."),
+                                  "quality_answer"),
+    "ChangeIt cap beyond frames": ("ChangeIt",
+                                   lambda r: r[0].update(max_steps=r[0]["max_steps"] + 2,
+                                                         num_images=10 ** 4),
+                                   "reachable within the step cap"),
+    "ChangeIt no step": ("ChangeIt", set_first("step_size", None), "need positive values"),
+    "COCO two frames": ("coco2014",
+                        lambda r: r[0].update(frame_ids=r[0]["frame_ids"] * 2),
+                        "expected one frame"),
+    "COCO bad direction": ("coco2014", set_first("direction", "sideways"), "direction"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_VIOLATIONS))
+def test_row_violation_is_reported(broken, name):
+    config, change, fragment = ROW_VIOLATIONS[name]
+    assert_reported(problems_after(broken, config, change), config, fragment)
+
+
+def test_duplicate_id_is_reported(broken):
+    def change(rows):
+        rows[1]["id"] = rows[0]["id"]
+    assert_reported(problems_after(broken, "QuickDraw", change), "appears twice", "id ")
+
+
+def test_duplicate_key_is_reported(broken):
+    def change(rows):
+        rows[1]["key"] = rows[0]["key"]
+    assert_reported(problems_after(broken, "QuickDraw", change), "appears twice", "key ")
+
+
+def test_test_row_with_another_id_is_reported(broken):
+    def change(rows):
+        rows[0]["id"] = 10 ** 6
+    assert_reported(problems_after(broken, "QuickDraw", change, split="test"),
+                    "the pool's row has id")
+
+
+def test_changed_column_type_is_reported(broken):
+    path = first_shard(broken, "QuickDraw")
+    schema = arrow_schema()
+    narrowed = schema.set(schema.get_field_index("num_images"), pa.field("num_images", pa.int32()))
+    rewrite(path, lambda rows: None, narrowed)
+    assert_reported(validate_folder(broken), "column 'num_images' is int32")
+
+
+def test_missing_column_is_reported(broken):
+    path = first_shard(broken, "QuickDraw")
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["answer"]), path)
+    assert_reported(validate_folder(broken), "missing columns ['answer']")
+
+
+def test_missing_feature_metadata_is_reported(broken):
+    path = first_shard(broken, "QuickDraw")
+    rewrite(path, lambda rows: None, arrow_schema().remove_metadata())
+    assert_reported(validate_folder(broken), "huggingface")
+
+
+def test_missing_build_report_is_reported(broken):
+    os.remove(os.path.join(broken, "reports", "build.json"))
+    assert_reported(validate_folder(broken), "build.json: missing")
+
+
+def test_unaccounted_scenario_is_reported(broken):
+    path = os.path.join(broken, "reports", "build.json")
+    report = json.load(open(path, encoding="utf-8"))
+    report["scenarios"]["quickdraw"]["accounted"] = False
+    json.dump(report, open(path, "w", encoding="utf-8"))
+    assert_reported(validate_folder(broken), "quickdraw", "dead letters")
+
+
+def test_report_row_count_mismatch_is_reported(broken):
+    rewrite(first_shard(broken, "QuickDraw"), lambda rows: rows.pop())
+    assert_reported(validate_folder(broken), "unfiltered rows reported")
+
+
+def test_card_without_a_config_folder_is_reported(broken):
+    card = os.path.join(broken, "README.md")
+    text = open(card, encoding="utf-8").read()
+    open(card, "w", encoding="utf-8").write(text.replace("config_name: QuickDraw",
+                                                         "config_name: SomethingElse"))
+    problems = validate_folder(broken)
+    assert_reported(problems, "config folder 'QuickDraw' is not in the card")
+    assert_reported(problems, "card config 'SomethingElse' has no shard folder")
+
+
+def test_card_glob_without_shards_is_reported(broken):
+    card = os.path.join(broken, "README.md")
+    text = open(card, encoding="utf-8").read()
+    open(card, "w", encoding="utf-8").write(text.replace("path: QuickDraw/test-*.parquet",
+                                                         "path: QuickDraw/train-*.parquet"))
+    assert_reported(validate_folder(broken), "no shard matches 'QuickDraw/train-*.parquet'")
+
+
+def test_leftover_shard_is_reported(broken):
+    path = first_shard(broken, "QuickDraw")
+    shutil.copy(path, os.path.join(os.path.dirname(path), "test-00001-of-00003.parquet"))
+    problems = validate_folder(broken)
+    assert_reported(problems, "shards disagree on the shard count")
+    assert_reported(problems, "appears twice")

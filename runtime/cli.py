@@ -1,0 +1,171 @@
+"""`python -m proactivebench_builder.runtime evaluate ...`: play a built benchmark against a model.
+
+Per-sample results go to a JSONL file as they finish (one line per sample: the trajectory and
+its outcome); a rerun with the same file skips the samples already there, so an interrupted run
+resumes. At the end a table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge)
+per scenario and on average is printed, computed from every matching line of the file.
+With --first-round-only the file holds first-turn predictions in the leakage filter's schema
+(`runtime.predictions_schema`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from tqdm import tqdm
+
+from proactivebench_builder.runtime import environments as envs
+from proactivebench_builder.runtime import loading, metrics, open_ended
+from proactivebench_builder.runtime.episodes import run_episode
+from proactivebench_builder.runtime.models import load_model, observation_messages
+from proactivebench_builder.runtime.predictions_schema import prediction_row
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m proactivebench_builder.runtime")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ev = commands.add_parser("evaluate", help="play the benchmark against a model")
+    ev.add_argument("--data", required=True,
+                    help="built folder (Parquet), upstream layout folder, or Hub dataset id")
+    ev.add_argument("--model", required=True,
+                    help="oracle | always-abstain | always-suggest | random[:SEED] | "
+                         "first-option | openai:MODEL[@BASE_URL] | hf:MODEL_ID")
+    ev.add_argument("--scenarios", default="all",
+                    help="comma-separated configs or scenario names (default: all present)")
+    ev.add_argument("--mode", choices=envs.MODES, default="mcqa")
+    ev.add_argument("--hint", action="store_true")
+    ev.add_argument("--random-suggestions", action="store_true")
+    ev.add_argument("--history", action="store_true", help="conversation-history ablation")
+    ev.add_argument("--first-round-only", action="store_true",
+                    help="one turn per sample; write predictions in the leakage-filter schema")
+    ev.add_argument("--split", default="test", help="test | unfiltered (Parquet folders)")
+    ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
+    ev.add_argument("--oeg-samples", type=int, default=open_ended.OEG_SAMPLES,
+                    help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--concurrency", type=int, default=1, help="samples played in parallel")
+    ev.add_argument("--timeout", type=float, default=60.0, help="HTTP adapters: seconds")
+    ev.add_argument("--max-retries", type=int, default=3, help="HTTP adapters")
+    ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
+    return parser.parse_args(argv)
+
+
+def selected_configs(args) -> list[str]:
+    present = loading.available_configs(args.data)
+    if args.scenarios == "all":
+        return present
+    wanted = [envs.resolve_config(s) for s in args.scenarios.split(",") if s.strip()]
+    return [c for c in wanted if c in present] if os.path.isdir(args.data) else wanted
+
+
+def run_signature(args, model_name: str) -> dict:
+    """What identifies a result line as belonging to this run (for resuming and the table)."""
+    return {"model": model_name, "mode": args.mode, "hint": args.hint,
+            "random_suggestions": args.random_suggestions, "history": args.history,
+            "first_round_only": args.first_round_only, "seed": args.seed}
+
+
+def read_results(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _model_options(args, spec: str) -> dict:
+    return {"timeout": args.timeout, "max_retries": args.max_retries} \
+        if spec.startswith("openai:") else {}
+
+
+def play_sample(row: dict, config: str, args, model, judge) -> dict:
+    env = envs.make_environment(row, mode=args.mode, hint=args.hint,
+                                random_suggestions=args.random_suggestions,
+                                history=args.history, seed=args.seed, config=config)
+    if args.first_round_only:
+        stats = run_episode(env, model, first_round_only=True)
+        turn = env.turns[0]
+        return prediction_row(model.name, config, row.get("key"), row.get("id"),
+                              turn.answer_text, turn.chosen, bool(env.correct))
+    if args.mode == "oeg":
+        stats = run_episode(env, model)
+        stats.update(open_ended_result(env, judge, config))
+        return stats
+    return run_episode(env, model)
+
+
+def open_ended_result(env, judge, config: str) -> dict:
+    valid = env.open_ended_answers()
+    answer = env.turns[0].answer_text
+    result = {"valid_answers": valid, "judge_output": None}
+    if judge is None:
+        return result
+    prompt = env.reset().question
+    raw = judge.generate(open_ended.judge_messages(prompt, valid, answer))
+    result["judge_output"] = raw
+    result.update(open_ended.parse_judge_prediction(valid, open_ended.strip_thinking(raw),
+                                                    config))
+    return result
+
+
+def evaluate(args) -> dict:
+    model = load_model(args.model, **_model_options(args, args.model))
+    judge = load_model(args.judge, **_model_options(args, args.judge)) if args.judge else None
+    signature = run_signature(args, model.name)
+    previous = read_results(args.results)
+    done = {(r["config"], r["key"]) for r in previous if _matches(r, signature)}
+    todo = []
+    for config in selected_configs(args):
+        rows = list(loading.iter_rows(args.data, config, args.split))
+        if args.mode == "oeg" and args.oeg_samples:
+            rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
+                                         args.oeg_samples)
+        todo += [(config, row) for row in rows if (config, row.get("key")) not in done]
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "a", encoding="utf-8") as out, \
+            tqdm(total=len(todo), desc=f"{model.name} {args.mode}", unit="sample") as bar, \
+            ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
+        futures = [pool.submit(play_sample, row, config, args, model, judge)
+                   for config, row in todo]
+        for future in futures:
+            result = dict(future.result())
+            result.setdefault("config", None)
+            # Prediction lines keep exactly the filter's schema (no run fields).
+            line = result if args.first_round_only else {**signature, **result}
+            out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+            out.flush()
+            bar.update(1)
+    results = [r for r in read_results(args.results) if _matches(r, signature)]
+    return summarise(results, args)
+
+
+def _matches(result: dict, signature: dict) -> bool:
+    if signature["first_round_only"]:
+        return "schema_version" in result and result.get("model") == signature["model"]
+    if "schema_version" in result:
+        return False
+    return all(result.get(k) == v for k, v in signature.items())
+
+
+def summarise(results: list[dict], args) -> dict:
+    if args.first_round_only:
+        rows = [{"config": r["config"], "correct_prediction": r["correct"], "num_turns": 1}
+                for r in results]
+        return metrics.by_scenario(rows)
+    if args.mode == "oeg":
+        judged = [r for r in results if "aggregate" in r]
+        return metrics.by_scenario(judged, metrics.open_ended_metrics)
+    return metrics.by_scenario(results)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    table = evaluate(args)
+    print(metrics.format_table(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

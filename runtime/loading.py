@@ -1,0 +1,103 @@
+"""Loading a built split as rows the environments take (`frames` + `frame_ids` inside each row).
+
+Three sources:
+- a built folder (`DIR/<config>/*.parquet`, our output): read with pyarrow, one row group at a
+  time, frames as {bytes, path} structs;
+- a Hugging Face Hub dataset id: `datasets.load_dataset(id, name=config, split=split)` (frames
+  decoded to PIL images, which the environments accept);
+- the upstream layout (`DIR/<config>_preprocessed.jsonl` + image files, e.g. our
+  `DIR/upstream/` export or the released `test/` folder): each record's frames are read once
+  from the files its template names, filled with upstream's slot rules, and attached to the row.
+  As upstream's loader, records with `strong_occlusions == False` are skipped; upstream's FILTER
+  id list is not applied here (our export is already filtered; `--ids` can restrict).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Iterator
+
+from proactivebench_builder.runtime import environments as envs
+from proactivebench_builder.runtime.prompts import CIT, COCO, CONFIGS, INC, MVPN, ROD
+
+PARQUET_SPLITS = {"test": "", "unfiltered": "unfiltered"}
+
+
+def is_upstream_layout(data: str) -> bool:
+    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*_preprocessed.jsonl")))
+
+
+def available_configs(data: str) -> list[str]:
+    """Configs present in a local folder (either layout); for a Hub id, all seven."""
+    if not os.path.isdir(data):
+        return list(CONFIGS)
+    if is_upstream_layout(data):
+        return [c for c in CONFIGS
+                if os.path.exists(os.path.join(data, f"{c}_preprocessed.jsonl"))]
+    return [c for c in CONFIGS if glob.glob(os.path.join(data, c, "*.parquet"))]
+
+
+def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
+    if os.path.isdir(data):
+        if is_upstream_layout(data):
+            yield from iter_upstream_rows(data, config)
+        else:
+            yield from iter_parquet_rows(data, config, split)
+    else:
+        yield from iter_hub_rows(data, config, split)
+
+
+def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
+    import pyarrow.parquet as pq
+    folder = os.path.join(data, PARQUET_SPLITS.get(split, split), config)
+    for path in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
+        parquet = pq.ParquetFile(path)
+        for group in range(parquet.num_row_groups):
+            yield from parquet.read_row_group(group).to_pylist()
+
+
+def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator[dict]:
+    import datasets
+    yield from datasets.load_dataset(dataset_id, name=config, split=split)
+
+
+def fill_template(record: dict, config: str, image_id: int) -> str:
+    """The relative image path upstream opens for a slot value (benchmark_construction.md §6)."""
+    template = record["image_template"]
+    if config == COCO:
+        return template
+    if config == INC:
+        return template.format(level=image_id)
+    if config in (ROD, CIT):
+        return template.format(image=image_id)
+    if config == MVPN:
+        # {informative} is 1 only for the view shown on the last turn and in reference mode.
+        last = record["valid_images"][record["num_images"] - 1]
+        informative = int(image_id in (last, record["reference_image"]))
+        return template.format(informative=informative, image=str(image_id).zfill(4))
+    return template.format(image=str(image_id).zfill(4))
+
+
+def attach_frames(record: dict, config: str, data_dir: str) -> dict:
+    ids = record.get("frame_ids") or envs.reachable_frame_ids(record, config)
+    frames = []
+    for image_id in ids:
+        path = fill_template(record, config, image_id)
+        with open(os.path.join(data_dir, path), "rb") as handle:
+            frames.append({"bytes": handle.read(), "path": path})
+    row = dict(record, frame_ids=list(ids), frames=frames)
+    row.setdefault("key", f"{config}/{record['id']}")
+    return row
+
+
+def iter_upstream_rows(data_dir: str, config: str) -> Iterator[dict]:
+    path = os.path.join(data_dir, f"{config}_preprocessed.jsonl")
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record.get("strong_occlusions") is False:
+                continue
+            yield attach_frames(record, config, data_dir)

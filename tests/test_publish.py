@@ -1,0 +1,409 @@
+"""Publishing (`run_pipeline.py publish`): to a folder, loaded back with `datasets.load_dataset`;
+to the Hub, with only the `HfApi` calls replaced by an in-memory fake repository, and with
+Hugging Face offline mode on, so any call that escapes the fake fails loudly."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import types
+import zipfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub is imported, if it is not yet
+
+import datasets  # noqa: E402
+import huggingface_hub  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, constants  # noqa: E402
+from huggingface_hub.errors import RepositoryNotFoundError  # noqa: E402
+from huggingface_hub.hf_api import RepoFile, RepoFolder  # noqa: E402
+
+from proactivebench_builder.pipeline import publish  # noqa: E402
+from proactivebench_builder.pipeline.publish_command import main  # noqa: E402
+
+REPO = "someone/proactivebench-test"
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(monkeypatch, tmp_path):
+    """Offline mode and a token for every test (the mode is read once at import, so it is set
+    on the constants too); the token file points nowhere."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token-file"))
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.delenv("HF_OIDC_RESOURCE", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+
+
+@pytest.fixture
+def built(built_miniature, tmp_path) -> str:
+    """A private copy of the shared build, free to modify."""
+    copy = str(tmp_path / "built")
+    shutil.copytree(built_miniature, copy)
+    return copy
+
+
+def card_configs(folder: str) -> list[dict]:
+    return publish.read_card_configs(folder)
+
+
+def shard_paths(folder: str) -> list[str]:
+    return sorted(p for p in publish.list_files(folder) if p.endswith(".parquet"))
+
+
+# ----------------------------------------------------------------------------- a fake Hub
+
+
+class FakeHub:
+    """An in-memory dataset repo behind the five HfApi methods publishing calls. Parquet and
+    zip files are reported as LFS (with sha256), others by git blob id, as the Hub does."""
+
+    def __init__(self, exists: bool = True):
+        self.exists = exists
+        self.files: dict[str, bytes] = {".gitattributes": b"*.parquet filter=lfs\n"}
+        self.head = 0
+        self.commits: list[dict] = []
+        self.fail_upload_after: int | None = None  # files committed before upload_folder dies
+        self.fail_commit = False
+
+    def install(self, monkeypatch):
+        hub = self
+        monkeypatch.setattr(huggingface_hub.HfApi, "repo_info",
+                            lambda api, repo_id, **kw: hub.repo_info(repo_id, **kw))
+        monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree",
+                            lambda api, repo_id, path_in_repo=None, **kw: hub.list_repo_tree())
+        monkeypatch.setattr(huggingface_hub.HfApi, "create_commit",
+                            lambda api, repo_id, operations, **kw: hub.create_commit(operations,
+                                                                                     **kw))
+        monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                            lambda api, **kw: hub.upload_folder(**kw))
+        monkeypatch.setattr(huggingface_hub.HfApi, "create_repo",
+                            lambda api, repo_id, **kw: hub.create_repo(**kw))
+        return self
+
+    @property
+    def sha(self) -> str:
+        return f"{self.head:040x}"
+
+    def repo_info(self, repo_id, repo_type=None, revision=None, **kw):
+        assert repo_type == "dataset"
+        if not self.exists:
+            raise RepositoryNotFoundError("404 not found", response=None)
+        return types.SimpleNamespace(sha=self.sha)
+
+    def create_repo(self, repo_type=None, private=None, exist_ok=False, **kw):
+        assert repo_type == "dataset"
+        self.exists = True
+        self.commits.append({"kind": "create_repo", "private": private})
+
+    def list_repo_tree(self):
+        entries = [RepoFolder(path="reports", oid="f" * 40)]
+        for path, data in sorted(self.files.items()):
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            lfs = None
+            if path.endswith((".parquet", ".zip")):
+                lfs = {"size": len(data), "oid": hashlib.sha256(data).hexdigest(),
+                       "pointerSize": 134}
+            entries.append(RepoFile(path=path, size=len(data), oid=blob, lfs=lfs))
+        return entries
+
+    def create_commit(self, operations, commit_message=None, repo_type=None, parent_commit=None,
+                      **kw):
+        assert repo_type == "dataset"
+        operations = list(operations)
+        if parent_commit is not None and parent_commit != self.sha:
+            raise RuntimeError("parent commit is not the head: concurrent push")
+        if self.fail_commit:
+            raise ConnectionError("connection reset while committing")
+        for op in operations:
+            if isinstance(op, CommitOperationAdd):
+                with open(op.path_or_fileobj, "rb") as handle:
+                    self.files[op.path_in_repo] = handle.read()
+            else:
+                assert isinstance(op, CommitOperationDelete)
+                del self.files[op.path_in_repo]
+        self.head += 1
+        self.commits.append({"kind": "create_commit", "message": commit_message,
+                             "parent": parent_commit, "operations": operations})
+
+    def upload_folder(self, repo_id=None, folder_path=None, commit_message=None, repo_type=None,
+                      **kw):
+        assert repo_type == "dataset" and repo_id == REPO
+        names = sorted(os.path.relpath(os.path.join(d, n), folder_path).replace(os.sep, "/")
+                       for d, _, ns in os.walk(folder_path) for n in ns)
+        self.commits.append({"kind": "upload_folder", "message": commit_message, "files": names})
+        for i, name in enumerate(names):
+            if self.fail_upload_after is not None and i >= self.fail_upload_after:
+                raise ConnectionError("connection reset during upload_folder")
+            with open(os.path.join(folder_path, name), "rb") as handle:
+                self.files[name] = handle.read()
+            self.head += 1  # upload_folder commits in several parts
+
+
+def local_bytes(folder: str) -> dict[str, bytes]:
+    found = {}
+    for path in publish.list_files(folder):
+        with open(os.path.join(folder, path), "rb") as handle:
+            found[path] = handle.read()
+    return found
+
+
+def expected_repo(built: str) -> dict[str, bytes]:
+    """What a publish without the upstream export puts in the repo."""
+    return {p: b for p, b in local_bytes(built).items()
+            if p == "README.md" or p.endswith(".parquet") or p.startswith("reports/")}
+
+
+# ----------------------------------------------------------------------------- folder target
+
+
+def test_publish_to_a_folder_loads_back_the_same_rows(built, tmp_path):
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target, "--with_upstream"]) == 0
+    for config in card_configs(built):
+        for entry in config["data_files"]:
+            kwargs = dict(name=config["config_name"], split=entry["split"])
+            ours = datasets.load_dataset(built, cache_dir=str(tmp_path / "c1"), **kwargs)
+            theirs = datasets.load_dataset(target, cache_dir=str(tmp_path / "c2"), **kwargs)
+            assert len(theirs) > 0
+            assert theirs.data.table.equals(ours.data.table)
+    assert not [p for p in os.listdir(target) if p.startswith(".tmp-")]
+
+
+def test_upstream_archives_unzip_to_the_export(built, tmp_path):
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target, "--with_upstream"]) == 0
+    unpacked = tmp_path / "unpacked"
+    for name in sorted(os.listdir(os.path.join(target, "test"))):
+        path = os.path.join(target, "test", name)
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+                assert names == sorted(names)
+                assert {i.date_time for i in archive.infolist()} == {publish.ZIP_EPOCH}
+                archive.extractall(unpacked)
+        else:
+            shutil.copy(path, unpacked / name)
+    assert local_bytes(str(unpacked)) == local_bytes(os.path.join(built, "upstream"))
+
+
+def test_archives_are_byte_identical_across_runs(built, tmp_path):
+    first = publish.upstream_files(built, str(tmp_path / "s1"), "test", 10 ** 9)
+    second = publish.upstream_files(built, str(tmp_path / "s2"), "test", 10 ** 9)
+    assert [(f.path, f.sha256) for f in first] == [(f.path, f.sha256) for f in second]
+
+
+def test_large_image_folders_are_split_into_parts(built, tmp_path):
+    files = publish.upstream_files(built, str(tmp_path / "s"), "test", 50_000)
+    archives = [f.path for f in files if f.kind == "upstream-archive"]
+    assert any("-00001-of-" in p for p in archives)
+    members = []
+    for f in files:
+        if f.kind == "upstream-archive":
+            with zipfile.ZipFile(f.source) as archive:
+                members += archive.namelist()
+    images = [p for p in publish.list_files(os.path.join(built, "upstream")) if "/" in p]
+    assert sorted(members) == images
+
+
+def test_rerun_writes_nothing_and_stale_files_are_removed(built, tmp_path, capsys):
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target]) == 0
+    stale = os.path.join(target, "QuickDraw", "test-00001-of-00002.parquet")
+    shutil.copy(os.path.join(target, shard_paths(target)[0]), stale)
+    leftover = os.path.join(target, "QuickDraw", ".tmp-0123-test-00000-of-00001.parquet")
+    open(leftover, "wb").write(b"half a file")
+    os.remove(os.path.join(target, shard_paths(built)[0]))  # as if interrupted before it
+    capsys.readouterr()
+    assert main([built, "--to", target]) == 0
+    out = capsys.readouterr().out
+    assert f"upload 1 files" in out and "delete 2 stale" in out
+    assert not os.path.exists(stale) and not os.path.exists(leftover)
+    assert local_bytes(target) == expected_repo(built)
+    assert main([built, "--to", target]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_a_train_split_is_published_when_present(built, tmp_path):
+    table = pq.read_table(os.path.join(built, shard_paths(built)[0])).slice(0, 3)
+    os.makedirs(os.path.join(built, "data"))
+    pq.write_table(table, os.path.join(built, "data", "train-00000-of-00001.parquet"))
+    text = open(os.path.join(built, "README.md"), encoding="utf-8").read()
+    head, front, body = text.split("---\n", 2)
+    meta = yaml.safe_load(front)
+    meta["configs"].insert(0, {"config_name": "default", "data_files": [
+        {"split": "train", "path": "data/train-*.parquet"}]})
+    open(os.path.join(built, "README.md"), "w", encoding="utf-8").write(
+        "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target]) == 0
+    rows = datasets.load_dataset(target, name="default", split="train",
+                                 cache_dir=str(tmp_path / "cache"))
+    assert rows["key"] == table.column("key").to_pylist()
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda d: os.remove(os.path.join(d, "reports", "build.json")), "reports/build.json"),
+    (lambda d: os.remove(os.path.join(d, "README.md")), "README.md"),
+    (lambda d: open(os.path.join(d, "README.md"), "w").write("# no front matter\n"), "configs"),
+    (lambda d: open(os.path.join(d, shard_paths(d)[0]), "wb").write(b"PAR1 truncated"),
+     "does not open as Parquet"),
+    (lambda d: [os.remove(os.path.join(d, p)) for p in shard_paths(d) if p.startswith("Quick")],
+     "no file matches"),
+    (lambda d: pq.write_table(pa.table({"id": [1]}), os.path.join(d, "QuickDraw", "x.parquet")),
+     "names"),
+])
+def test_an_incomplete_folder_is_refused(built, tmp_path, capsys, damage, expected):
+    damage(built)
+    assert main([built, "--to", str(tmp_path / "published")]) == 2
+    err = capsys.readouterr().err
+    assert "PUBLISH FAILED" in err and "not ready to publish" in err and expected in err
+    assert not os.path.exists(tmp_path / "published")
+
+
+def test_missing_columns_and_row_counts_are_caught(built):
+    path = os.path.join(built, shard_paths(built)[0])
+    pq.write_table(pq.read_table(path).drop_columns(["prompt"]).slice(0, 1), path)
+    problems = "\n".join(publish.check_built_folder(built))
+    assert "lacks columns ['prompt']" in problems and "reports/build.json says" in problems
+
+
+# ----------------------------------------------------------------------------- Hub target
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(built, monkeypatch, capsys):
+    hub = FakeHub().install(monkeypatch)
+    repo = expected_repo(built)
+    hub.files["README.md"] = repo["README.md"]  # small file: compared by git blob id
+    some_shard = shard_paths(built)[0]
+    hub.files[some_shard] = repo[some_shard]  # LFS file: compared by sha256
+    hub.files["MVP-N/test-00003-of-00004.parquet"] = b"old shard"
+    assert main([built, "--repo_id", REPO, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert hub.commits == []
+    assert f"Hugging Face dataset repo {REPO}" in out and "one atomic commit" in out
+    assert "commit message: Publish ProactiveBench build" in out
+    for path, data in repo.items():
+        line = next(l for l in out.splitlines() if f" {path} " in l)
+        assert f"{len(data):,d} B" in line and hashlib.sha256(data).hexdigest() in line
+        assert line.strip().startswith("skip" if path in ("README.md", some_shard) else "upload")
+    assert "delete MVP-N/test-00003-of-00004.parquet" in " ".join(out.split())
+    assert ".gitattributes" not in out
+
+
+def test_dry_run_needs_no_token(built, monkeypatch, capsys):
+    monkeypatch.delenv("HF_TOKEN")
+    FakeHub().install(monkeypatch)
+    assert main([built, "--repo_id", REPO, "--dry-run"]) == 0
+
+
+def test_one_atomic_commit_with_every_file_and_the_stale_deletions(built, monkeypatch):
+    hub = FakeHub().install(monkeypatch)
+    hub.files["QuickDraw/test-00001-of-00002.parquet"] = b"stale"
+    hub.files["reports/old.json"] = b"{}"
+    hub.files["notes.md"] = b"a file the user added"
+    parent = hub.sha
+    assert main([built, "--repo_id", REPO, "--commit_message", "v1"]) == 0
+    [commit] = hub.commits
+    assert commit["kind"] == "create_commit" and commit["message"] == "v1"
+    assert commit["parent"] == parent
+    adds = {op.path_in_repo for op in commit["operations"] if isinstance(op, CommitOperationAdd)}
+    deletes = {op.path_in_repo for op in commit["operations"]
+               if isinstance(op, CommitOperationDelete)}
+    assert adds == set(expected_repo(built))
+    assert deletes == {"QuickDraw/test-00001-of-00002.parquet", "reports/old.json"}
+    assert {p: b for p, b in hub.files.items() if p not in (".gitattributes", "notes.md")} == \
+        expected_repo(built)
+
+
+def test_upstream_archives_go_under_test(built, monkeypatch):
+    hub = FakeHub().install(monkeypatch)
+    assert main([built, "--repo_id", REPO, "--with_upstream"]) == 0
+    upstream = sorted(p for p in hub.files if p.startswith("test/"))
+    configs = sorted(c["config_name"] for c in card_configs(built))
+    assert [p for p in upstream if p.endswith(".jsonl")] == \
+        [f"test/{c}_preprocessed.jsonl" for c in configs]
+    assert [p for p in upstream if p.endswith(".zip")]
+    assert len(hub.commits) == 1
+
+
+def test_resume_after_a_failed_multi_commit_upload(built, monkeypatch, capsys):
+    hub = FakeHub().install(monkeypatch)
+    hub.fail_upload_after = 3
+    args = [built, "--repo_id", REPO, "--max_commit_files", "2"]
+    with pytest.raises(ConnectionError):
+        main(args)
+    [first] = hub.commits
+    assert first["kind"] == "upload_folder" and "README.md" not in first["files"]
+    assert "README.md" not in hub.files  # the card is committed last, after every shard
+
+    hub.fail_upload_after = None
+    capsys.readouterr()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    second, card = hub.commits[1:]
+    assert set(second["files"]).isdisjoint(first["files"][:3])  # only what was missing
+    assert sorted(first["files"][:3] + second["files"]) == first["files"]
+    assert card["kind"] == "create_commit"
+    assert [op.path_in_repo for op in card["operations"]] == ["README.md"]
+    assert "skip 3 already on the target" in out
+    assert {p: b for p, b in hub.files.items() if p != ".gitattributes"} == expected_repo(built)
+
+    assert main(args) == 0
+    assert len(hub.commits) == 3 and "nothing to do" in capsys.readouterr().out
+
+
+def test_resume_after_a_failed_atomic_commit(built, monkeypatch):
+    hub = FakeHub().install(monkeypatch)
+    hub.fail_commit = True
+    with pytest.raises(ConnectionError):
+        main([built, "--repo_id", REPO])
+    assert set(hub.files) == {".gitattributes"}  # atomic: nothing landed
+    hub.fail_commit = False
+    assert main([built, "--repo_id", REPO]) == 0
+    assert {p: b for p, b in hub.files.items() if p != ".gitattributes"} == expected_repo(built)
+
+
+def test_missing_repo_needs_create(built, monkeypatch, capsys):
+    hub = FakeHub(exists=False).install(monkeypatch)
+    assert main([built, "--repo_id", REPO]) == 2
+    err = capsys.readouterr().err
+    assert f"dataset repo {REPO} does not exist" in err and "--create" in err
+    assert hub.commits == []
+    assert main([built, "--repo_id", REPO, "--create", "--private", "--dry-run"]) == 0
+    assert "would be created" in capsys.readouterr().out and hub.commits == []
+    assert main([built, "--repo_id", REPO, "--create", "--private"]) == 0
+    assert [c["kind"] for c in hub.commits] == ["create_repo", "create_commit"]
+    assert hub.commits[0]["private"] is True
+
+
+def test_no_token_is_a_clear_error(built, monkeypatch, capsys):
+    monkeypatch.delenv("HF_TOKEN")
+    hub = FakeHub().install(monkeypatch)
+    assert main([built, "--repo_id", REPO]) == 2
+    err = capsys.readouterr().err
+    assert "no Hugging Face token" in err and "hf auth login" in err
+    assert hub.commits == []
+
+
+def test_offline_mode_is_a_clear_error(built, capsys):
+    # Nothing is replaced here: the real HfApi refuses to go online.
+    assert main([built, "--repo_id", REPO]) == 2
+    err = capsys.readouterr().err
+    assert "offline mode" in err and "HF_HUB_OFFLINE" in err
+
+
+def test_planned_files_carry_their_size_and_digests(built, tmp_path):
+    files = publish.collect_files(built, str(tmp_path / "s"))
+    assert {f.path for f in files} == set(expected_repo(built))
+    for f in files:
+        data = open(os.path.join(built, f.path), "rb").read()
+        assert f.size == len(data) and f.sha256 == hashlib.sha256(data).hexdigest()
+        assert f.git_sha1 == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

@@ -1,0 +1,263 @@
+"""Build plots: PNG bar charts of a built folder's reports, for the end of every build.
+
+`write_build_plots(DIR)` reads `reports/build.json`, `reports/filter.json` and the `frame_ids`
+column of the unfiltered shards (never the frames), and writes under `reports/plots/`:
+
+- `samples_per_scenario.png`: raw items, rule exclusions, dead letters, pool and test samples;
+- `frames_per_sample.png`: one histogram of frames per sample for each scenario;
+- `dead_letters_by_reason.png`: dead letters per scenario and reason;
+- `filter_before_after.png`: pool size before and after the leakage filter.
+
+Choice: the charts are drawn with Pillow, not matplotlib. Pillow is already a dependency (every
+frame is validated with it), matplotlib would add a large install to every Dataflow/Dask worker
+for four bar charts, and Pillow's PNG output holds no timestamp or version text, so the same
+reports give byte-identical plots (with the same Pillow and FreeType). The default font is
+Pillow's bundled one (`ImageFont.load_default(size=...)`), so no system font is needed.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import statistics
+from collections import Counter
+
+import pyarrow.parquet as pq
+from PIL import Image, ImageDraw, ImageFont
+
+from proactivebench_builder.pipeline import fileio
+
+PLOTS_DIR = ("reports", "plots")
+WIDTH = 960
+MARGIN = 24
+TITLE_H = 56         # title line + subtitle line
+LEGEND_H = 28
+LABEL_W = 260        # room for the group labels left of the bars
+BAR_H = 18
+GROUP_GAP = 14
+PANEL_H = 150        # one histogram panel of frames_per_sample.png
+MAX_BINS = 40
+BACKGROUND, INK, GRID, MUTED = "white", (30, 30, 30), (225, 225, 225), (110, 110, 110)
+PALETTE = [(66, 133, 244), (251, 188, 5), (234, 67, 53), (52, 168, 83), (155, 89, 182),
+           (0, 172, 193), (255, 112, 67)]
+
+
+def font(size: int) -> ImageFont.ImageFont:
+    return ImageFont.load_default(size=size)
+
+
+def text_width(draw: ImageDraw.ImageDraw, text: str, size: int) -> float:
+    return draw.textlength(text, font=font(size))
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def draw_title(draw: ImageDraw.ImageDraw, title: str, subtitle: str = "") -> None:
+    draw.text((MARGIN, MARGIN - 8), title, fill=INK, font=font(20))
+    if subtitle:
+        draw.text((MARGIN, MARGIN + 18), subtitle, fill=MUTED, font=font(13))
+
+
+# ---- grouped horizontal bar chart ---------------------------------------------------------
+
+def bar_chart_height(n_groups: int, n_series: int) -> int:
+    """Height of a bar chart: title, legend, one block of bars per group (at least one block,
+    so an empty chart still has room for its note)."""
+    block = n_series * BAR_H + GROUP_GAP
+    return TITLE_H + LEGEND_H + max(1, n_groups) * block + MARGIN
+
+
+def bar_chart(title: str, subtitle: str, groups: list[tuple[str, list[float]]],
+              series: list[str], empty_note: str = "nothing to show") -> Image.Image:
+    """Horizontal grouped bars: one block per group, one bar per series, values written at the
+    bar ends; the scale is shared by every bar."""
+    image = Image.new("RGB", (WIDTH, bar_chart_height(len(groups), len(series))), BACKGROUND)
+    draw = ImageDraw.Draw(image)
+    draw_title(draw, title, subtitle)
+    draw_legend(draw, series, TITLE_H)
+    top = TITLE_H + LEGEND_H
+    if not groups:
+        draw.text((LABEL_W, top + 8), empty_note, fill=MUTED, font=font(15))
+        return image
+    peak = max((v for _, values in groups for v in values), default=0) or 1
+    span = WIDTH - LABEL_W - MARGIN - 70  # room for the value text after the longest bar
+    for label, values in groups:
+        draw.text((MARGIN, top + 2), shorten(draw, label, 14, LABEL_W - MARGIN - 8), fill=INK,
+                  font=font(14))
+        for i, value in enumerate(values):
+            y = top + i * BAR_H
+            length = span * value / peak
+            draw.rectangle((LABEL_W, y + 2, LABEL_W + max(1, length), y + BAR_H - 3),
+                           fill=PALETTE[i % len(PALETTE)])
+            draw.text((LABEL_W + length + 6, y + 2), format_number(value), fill=INK,
+                      font=font(12))
+        top += len(values) * BAR_H + GROUP_GAP
+    draw.line((LABEL_W, TITLE_H + LEGEND_H, LABEL_W, top - GROUP_GAP), fill=MUTED)
+    return image
+
+
+def draw_legend(draw: ImageDraw.ImageDraw, series: list[str], y: int) -> None:
+    x = LABEL_W
+    for i, name in enumerate(series):
+        draw.rectangle((x, y + 4, x + 12, y + 16), fill=PALETTE[i % len(PALETTE)])
+        draw.text((x + 18, y + 2), name, fill=INK, font=font(13))
+        x += 18 + text_width(draw, name, 13) + 22
+
+
+def format_number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+
+
+def shorten(draw: ImageDraw.ImageDraw, text: str, size: int, width: float) -> str:
+    """The text, cut with an ellipsis to fit `width` pixels."""
+    if text_width(draw, text, size) <= width:
+        return text
+    while text and text_width(draw, text + "…", size) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+# ---- histogram panels -----------------------------------------------------------------------
+
+def histogram_height(n_panels: int) -> int:
+    return TITLE_H + max(1, n_panels) * PANEL_H + MARGIN
+
+
+def bins_of(counts: Counter) -> tuple[int, int, int]:
+    """(low, bin width, number of bins) covering every value; at most MAX_BINS bins."""
+    low, high = min(counts), max(counts)
+    width = max(1, math.ceil((high - low + 1) / MAX_BINS))
+    return low, width, (high - low) // width + 1
+
+
+def histogram_panels(title: str, subtitle: str, panels: list[tuple[str, Counter]]) -> Image.Image:
+    """One small vertical-bar histogram per panel (value -> how many samples)."""
+    image = Image.new("RGB", (WIDTH, histogram_height(len(panels))), BACKGROUND)
+    draw = ImageDraw.Draw(image)
+    draw_title(draw, title, subtitle)
+    if not panels:
+        draw.text((MARGIN, TITLE_H + 8), "no samples", fill=MUTED, font=font(15))
+    for index, (label, counts) in enumerate(panels):
+        draw_histogram(draw, TITLE_H + index * PANEL_H, label, counts, PALETTE[index % 7])
+    return image
+
+
+def draw_histogram(draw, top: int, label: str, counts: Counter, color) -> None:
+    values = sorted(counts.elements())
+    draw.text((MARGIN, top + 4), shorten(draw, label, 15, LABEL_W - MARGIN), fill=INK,
+              font=font(15))
+    if not values:
+        draw.text((MARGIN, top + 26), "no samples", fill=MUTED, font=font(12))
+        return
+    for line, text in enumerate((f"{len(values)} samples",
+                                 f"frames: min {values[0]}, max {values[-1]}",
+                                 f"median {format_number(statistics.median(values))}")):
+        draw.text((MARGIN, top + 26 + 16 * line), text, fill=MUTED, font=font(12))
+    low, width, n_bins = bins_of(counts)
+    heights = [0] * n_bins
+    for value, n in counts.items():
+        heights[(value - low) // width] += n
+    plot_left, plot_right = LABEL_W + 24, WIDTH - MARGIN
+    base, room = top + PANEL_H - 30, PANEL_H - 52
+    step = min(48.0, (plot_right - plot_left) / n_bins)  # a lone value is not a wall of colour
+    peak = max(heights)
+    draw.line((plot_left, base, plot_right, base), fill=GRID)
+    draw.line((plot_left - 4, base - room, plot_left, base - room), fill=MUTED)
+    draw.text((LABEL_W - 12, base - room - 7), str(peak), fill=MUTED, font=font(11))
+    for i, h in enumerate(heights):
+        x0 = plot_left + i * step
+        if h:
+            draw.rectangle((x0 + 1, base - room * h / peak, x0 + max(2.0, step - 2), base),
+                           fill=color)
+        if i in (0, n_bins - 1) or n_bins <= 16:
+            tick = str(low + i * width) if width == 1 else f"{low + i * width}+"
+            draw.text((x0 + 1, base + 3), tick, fill=MUTED, font=font(11))
+
+
+# ---- reading the built folder -----------------------------------------------------------------
+
+def read_report(output_dir: str, name: str) -> dict:
+    url = fileio.join(output_dir, "reports", name)
+    return json.loads(fileio.read_bytes(url)) if fileio.exists(url) else {}
+
+
+def frame_counts(output_dir: str, config: str) -> Counter:
+    """len(frame_ids) -> samples, from the unfiltered shards' `frame_ids` column only."""
+    counts = Counter()
+    folder = fileio.join(output_dir, "unfiltered", config)
+    for name in fileio.list_names(folder):
+        if not name.endswith(".parquet"):
+            continue
+        fs, path = fileio.filesystem(fileio.join(folder, name))
+        with fs.open(path, "rb") as handle:
+            column = pq.ParquetFile(handle).read(columns=["frame_ids"]).column("frame_ids")
+        counts.update(len(ids or []) for ids in column.to_pylist())
+    return counts
+
+
+def scenario_label(name: str, entry: dict) -> str:
+    config = entry.get("config")
+    return f"{name} ({config})" if config and config != name else name
+
+
+# ---- the four plots ---------------------------------------------------------------------------
+
+def samples_chart(build: dict) -> Image.Image:
+    series = ["raw items", "rule exclusions", "dead letters", "samples (pool)", "test"]
+    groups = [(scenario_label(n, e), [e.get("raw_items", 0), sum(e.get("excluded", {}).values()),
+                                       e.get("dead_letters", 0), e.get("samples", 0),
+                                       e.get("kept", 0)])
+              for n, e in sorted(build.get("scenarios", {}).items())]
+    return bar_chart("Samples per scenario", "raw items = exclusions + dead letters + samples; "
+                     "test = samples kept by the leakage filter", groups, series)
+
+
+def frames_chart(output_dir: str, build: dict) -> Image.Image:
+    panels = [(scenario_label(n, e), frame_counts(output_dir, e["config"]))
+              for n, e in sorted(build.get("scenarios", {}).items()) if e.get("config")]
+    return histogram_panels("Frames per sample", "unfiltered pool; from each row's frame_ids",
+                            panels)
+
+
+def dead_letters_chart(build: dict) -> Image.Image:
+    groups = [(f"{name}: {reason}", [count])
+              for name, entry in sorted(build.get("scenarios", {}).items())
+              for reason, count in sorted(entry.get("dead_letters_by_reason", {}).items())]
+    total = sum(v[0] for _, v in groups)
+    return bar_chart("Dead letters by reason", f"{total} raw items rejected; every path and reason "
+                     "is in reports/dead_letters.jsonl", groups, ["dead letters"],
+                     empty_note="no dead letters in this build")
+
+
+def filter_chart(filters: dict) -> Image.Image:
+    settings = filters.get("settings", {})
+    groups = [(name, [entry.get("before", 0), entry.get("after", 0)])
+              for name, entry in sorted(filters.get("scenarios", {}).items())]
+    subtitle = f"filter mode: {settings.get('mode', 'unknown')}"
+    if settings.get("mode") == "predictions":
+        subtitle += (f"; removed when >= {settings.get('threshold')} of the models answer from "
+                     "the first frame")
+    return bar_chart("Leakage filter: samples before and after", subtitle, groups,
+                     ["before (pool)", "after (test)"])
+
+
+def write_build_plots(output_dir: str) -> list[str]:
+    """Write the four PNG plots under DIR/reports/plots/; returns their URLs."""
+    build = read_report(output_dir, "build.json")
+    filters = read_report(output_dir, "filter.json")
+    charts = {
+        "samples_per_scenario.png": samples_chart(build),
+        "frames_per_sample.png": frames_chart(output_dir, build),
+        "dead_letters_by_reason.png": dead_letters_chart(build),
+        "filter_before_after.png": filter_chart(filters),
+    }
+    written = []
+    for name, image in charts.items():
+        url = fileio.join(output_dir, *PLOTS_DIR, name)
+        fileio.write_bytes_atomic(url, png_bytes(image))
+        written.append(url)
+    return written

@@ -399,7 +399,7 @@ class VSOD(Scenario):
         for slot, value in (("first_image", first), ("reference_image", reference)):
             if not 0 <= value < n:
                 raise BadItem(f"pinned frame out of range: {slot} {value} in a {n}-frame "
-                              f"segment", f"{self.labels_url()}:{label['line']}")
+                              f"segment", self.relative(f"{self.labels_url()}:{label['line']}"))
         qtype = label["question_type"]
         row = self.new_row(key)
         row.update(

@@ -1,0 +1,228 @@
+"""The runtime around the environments: the OpenAI-compatible adapter against a loopback
+chat-completions server (timeout and 5xx retries included), OEG judge messages and parsing,
+metrics, loading (Parquet and the upstream JSONL layout) and the evaluate command (resume,
+first-round predictions schema)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from PIL import Image
+
+from proactivebench_builder.runtime import cli, loading, metrics, open_ended
+from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel, load_model
+from proactivebench_builder.runtime.predictions_schema import FIELDS, SCHEMA_VERSION
+
+# ---- loopback chat-completions server --------------------------------------------------------
+
+
+class ChatServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), ChatHandler)
+        self.script: list = []      # per request: "ok" | "slow" | an HTTP status to fail with
+        self.requests: list = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path, "body": body,
+                                     "auth": self.headers.get("Authorization")})
+        step = self.server.script.pop(0) if self.server.script else "ok"
+        if step == "slow":
+            time.sleep(1.0)
+        if isinstance(step, int):
+            self.send_response(step)
+            self.end_headers()
+            return
+        reply = {"id": "x", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "stop",
+             "message": {"role": "assistant", "content": f"reply {len(self.server.requests)}"}}]}
+        data = json.dumps(reply).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass                         # the client gave up (timeout test)
+
+
+@pytest.fixture
+def server():
+    srv = ChatServer()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _messages():
+    return [{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (4, 3))},
+                                         {"type": "text", "text": "What is it?"}]}]
+
+
+def test_openai_adapter_sends_data_url_images(server):
+    model = OpenAIChatModel("m", base_url=server.base_url, api_key="k", backoff=0.0)
+    assert model.generate(_messages()) == "reply 1"
+    request = server.requests[0]
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == "Bearer k"
+    parts = request["body"]["messages"][0]["content"]
+    assert parts[0]["type"] == "image_url"
+    assert parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert parts[1] == {"type": "text", "text": "What is it?"}
+    assert request["body"]["model"] == "m" and request["body"]["temperature"] == 0.0
+
+
+def test_openai_adapter_retries_5xx(server):
+    server.script = [500, 503, "ok"]
+    model = OpenAIChatModel("m", base_url=server.base_url, backoff=0.0, max_retries=3)
+    assert model.generate(_messages()) == "reply 3"
+    assert len(server.requests) == 3
+
+
+def test_openai_adapter_retries_a_timeout(server):
+    server.script = ["slow", "ok"]
+    model = OpenAIChatModel("m", base_url=server.base_url, timeout=0.3, backoff=0.0)
+    assert model.generate(_messages()) == "reply 2"
+
+
+def test_openai_adapter_gives_up_and_does_not_retry_4xx(server):
+    server.script = [500, 500]
+    with pytest.raises(ModelError):
+        OpenAIChatModel("m", base_url=server.base_url, backoff=0.0,
+                        max_retries=1).generate(_messages())
+    server.script = [400]
+    before = len(server.requests)
+    with pytest.raises(ModelError):
+        OpenAIChatModel("m", base_url=server.base_url, backoff=0.0).generate(_messages())
+    assert len(server.requests) == before + 1
+
+
+def test_openai_adapter_bounds_concurrency(server):
+    server.script = ["slow"] * 4
+    model = OpenAIChatModel("m", base_url=server.base_url, timeout=5, max_concurrency=1)
+    active, peak = [0], [0]
+    original = model._post
+
+    def counting(payload):
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        try:
+            return original(payload)
+        finally:
+            active[0] -= 1
+    model._post = counting
+    threads = [threading.Thread(target=model.generate, args=(_messages(),)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] == 1
+
+
+def test_model_specs():
+    assert load_model("oracle").name == "oracle"
+    assert load_model("random:5").seed == 5
+    assert load_model("openai:q@http://h:1/v1").url == "http://h:1/v1/chat/completions"
+    with pytest.raises(ValueError):
+        load_model("nonsense")
+
+
+# ---- open-ended judge ---------------------------------------------------------------------------
+
+
+def test_judge_messages_and_parsing():
+    valid = "Wait for the occlusion to disappear, Rewind the video, Move the camera, Dog."
+    messages = open_ended.judge_messages("Q?", valid, "Let's wait.")
+    assert messages[0]["role"] == "system" and "0s and 1s" in messages[0]["content"]
+    assert ("### Correct Answers (List):\n['Wait for the occlusion to disappear', "
+            "'Rewind the video', 'Move the camera', 'Dog']") in messages[1]["content"]
+    parse = open_ended.parse_judge_prediction
+    vsod = "OcclusionDataSet-MM20"
+    assert parse(valid, "thinking 1, 0\n1, 0, 0, 0", vsod) == {
+        "proactive_suggestion": 1, "category_prediction": 0, "aggregate": 1}
+    assert parse(valid, "0,0,0,1", vsod)["category_prediction"] == 1
+    assert parse(valid, "1, 0", vsod)["aggregate"] == 0            # wrong length
+    assert parse(valid, "no verdict", vsod)["aggregate"] == 0
+    assert open_ended.strip_thinking("<think>1,1</think>\n0,1") == "0,1"
+    assert open_ended.threshold("coco2014") == 2 and open_ended.threshold("QD") == 1
+
+
+def test_metrics_table():
+    results = [{"config": "QuickDraw", "correct_prediction": True, "num_turns": 3},
+               {"config": "QuickDraw", "correct_prediction": False, "num_turns": 1},
+               {"config": "coco2014", "correct_prediction": True, "num_turns": 1}]
+    table = metrics.by_scenario(results)
+    assert table["QuickDraw"] == {"n": 2, "acc": 50.0, "psr": 1.0}
+    assert table["avg"]["acc"] == 75.0 and table["avg"]["psr"] == 0.5
+    assert "QD" in metrics.format_table(table)
+
+
+# ---- loading and the evaluate command -----------------------------------------------------------
+
+
+def test_upstream_layout_rows_match_parquet_rows(built_miniature):
+    upstream = f"{built_miniature}/upstream"
+    for config in loading.available_configs(upstream):
+        parquet = {r["key"]: r for r in loading.iter_parquet_rows(built_miniature, config)}
+        for row in loading.iter_upstream_rows(upstream, config):
+            twin = parquet[row["key"]]
+            assert row["frame_ids"] == twin["frame_ids"]
+            assert [f["bytes"] for f in row["frames"]] == [f["bytes"] for f in twin["frames"]]
+
+
+def _evaluate(tmp_path, data, *extra):
+    results = str(tmp_path / "results.jsonl")
+    table = cli.evaluate(cli.parse_args(["evaluate", "--data", data, "--results", results,
+                                         *extra]))
+    return table, results
+
+
+def test_evaluate_oracle_resumes(built_miniature, tmp_path):
+    table, results = _evaluate(tmp_path, built_miniature, "--model", "oracle")
+    assert table["avg"]["acc"] == 100.0
+    lines = open(results).read().splitlines()
+    table_again, _ = _evaluate(tmp_path, built_miniature, "--model", "oracle")
+    assert open(results).read().splitlines() == lines          # nothing replayed
+    assert table_again == table
+    abstain, _ = _evaluate(tmp_path, built_miniature, "--model", "always-abstain")
+    assert abstain["avg"]["acc"] == 0.0 and abstain["avg"]["psr"] == 0.0
+
+
+def test_first_round_predictions_schema(built_miniature, tmp_path):
+    _, results = _evaluate(tmp_path, built_miniature, "--model", "first-option",
+                           "--first-round-only", "--scenarios", "quickdraw")
+    rows = [json.loads(line) for line in open(results)]
+    assert rows and all(tuple(sorted(r)) == tuple(sorted(FIELDS)) for r in rows)
+    assert all(r["schema_version"] == SCHEMA_VERSION and r["config"] == "QuickDraw"
+               and r["answer_text"] == "A" for r in rows)
+
+
+def test_oeg_with_policy_judge(built_miniature, tmp_path):
+    class Judge:
+        name = "judge"
+
+        def generate(self, messages):
+            return "<think>x</think>\n1, 0"
+    args = cli.parse_args(["evaluate", "--data", built_miniature, "--model", "oracle",
+                           "--mode", "oeg", "--scenarios", "quickdraw",
+                           "--results", str(tmp_path / "oeg.jsonl")])
+    rows = list(loading.iter_rows(built_miniature, "QuickDraw"))
+    result = cli.play_sample(rows[0], "QuickDraw", args, load_model("oracle"), Judge())
+    assert result["valid_answers"].startswith("Add more details to the drawing, ")
+    assert result["proactive_suggestion"] == 1 and result["aggregate"] == 1

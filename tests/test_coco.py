@@ -140,8 +140,10 @@ def built(tmp_path_factory, source_root):
 
 
 @pytest.fixture(scope="module")
-def rows(built):
-    return datasets.load_dataset(built[0], name=CONFIG, split="test")
+def rows(built, tmp_path_factory):
+    # a cache of its own: `datasets` names a local folder's cache by a name that outlives builds
+    cache = str(tmp_path_factory.mktemp("coco_hf_cache"))
+    return datasets.load_dataset(built[0], name=CONFIG, split="test", cache_dir=cache)
 
 
 def single_object_images(split="val"):
@@ -237,12 +239,16 @@ def test_pil_crops_of_every_view_are_real_image_regions(rows):
 def test_no_crop_when_the_rules_cannot_be_met(source_root):
     coco = Coco(0, os.path.join(source_root, "coco"))
     coco.params["max_start_iou"] = 0.0  # no view has a negative IoU
-    unit = coco.list_units()[0]
     item = next(v for u in coco.list_units() for v in coco.read_unit(u)
                 if v["kind"] == "candidate")
-    with pytest.raises(BadItem, match="image too small for a crop"):
+    with pytest.raises(BadItem, match="image too small for a crop") as err:
         coco.build_sample(item["key"], item["item"])
-    assert unit.endswith("#shard=0/8")
+    assert err.value.path.startswith("val2014/COCO_val2014_")
+
+
+def test_the_miniature_exercises_every_direction_family(rows):
+    directions = set(rows["direction"])
+    assert directions & set(CARDINAL) and directions & set(DIAGONAL) and "zoom" in directions
 
 
 # ---- end to end: record semantics field by field ---------------------------------------------
@@ -435,6 +441,10 @@ def _faulty_source(tmp_path, source_root) -> str:
     add(507, 160, 120, "oops", file_bytes=_jpeg(160, 120))                       # bad bbox
     add(508, 160, 120, [10.0, 10.0, 30.0, 20.0], file_bytes=_jpeg(160, 120),    # bad name
         file_name="COCO_val2014_000000000999.jpg")
+    add(509, 160, 120, [10.0, 10.0, 30.0, 20.0], category=90,                   # renamed
+        file_bytes=_jpeg(160, 120))
+    next(c for c in data["categories"] if c["id"] == 90)["name"] = "tooth brush"
+
     data["annotations"].append({"segmentation": [[]], "area": 1.0, "iscrowd": 0,  # orphan
                                 "image_id": 999999, "bbox": [1.0, 1.0, 5.0, 5.0],
                                 "category_id": 18, "id": 777})
@@ -463,6 +473,7 @@ def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(tmp_path, sourc
         "val2014/COCO_val2014_000000000506.jpg": "inconsistent image size",
         f"{ann}#image_id=507": "malformed bbox",
         f"{ann}#image_id=508": "inconsistent image record",
+        f"{ann}#image_id=509": "inconsistent category: id 90 is 'tooth brush'",
         f"{ann}#image_id=999999": "which images[] does not list",
         f"{ann}#annotations[{n_annotations - 1}]": "malformed annotation record",
     }
@@ -475,7 +486,8 @@ def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(tmp_path, sourc
     assert report["accounted"]
     assert report["raw_items"] == report["samples"] + report["dead_letters"] + sum(
         report["excluded"].values())
-    assert len(datasets.load_dataset(output, name=CONFIG, split="test")) == 9
+    assert len(datasets.load_dataset(output, name=CONFIG, split="test",
+                                     cache_dir=str(tmp_path / "hf"))) == 9
 
 
 def test_too_many_bad_items_fail_the_build(tmp_path, source_root):

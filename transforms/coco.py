@@ -231,20 +231,28 @@ def zoom_axis(rng: random.Random, n: int, o0: float, o1: float, g: int,
               min_view: int, min_step: int = 1) -> AxisPlan | None:
     """Zoom out: the first view is a window inside the object; g zoom-outs grow it by `step` on
     both sides each time until it holds the whole object, never leaving the image. Stored: start
-    = first low edge + step, end = the true size (first size − 2·step, kept ≥ 1)."""
+    = first low edge + step, end = the true size (first size − 2·step, kept ≥ 1).
+
+    Growth is symmetric, so only some window positions can end exactly around an object that
+    nearly fills the image: the position is drawn among those that can, not blindly."""
     lo_obj, hi_obj = _object_span(o0, o1, n)
     if hi_obj - lo_obj < min_view:
         return None
     size = rng.randint(min_view, hi_obj - lo_obj)
-    first_lo = rng.randint(lo_obj, hi_obj - size)
-    first_hi = first_lo + size
-    needed = max(first_lo - lo_obj, hi_obj - first_hi)
-    room = min(first_lo, n - first_hi)
-    step_min = max(min_step, math.ceil(needed / g))
-    step_max = min(room // g, (size - 1) // 2)
-    if step_min > step_max:
+    feasible = []
+    for first_lo in range(lo_obj, hi_obj - size + 1):
+        first_hi = first_lo + size
+        needed = max(first_lo - lo_obj, hi_obj - first_hi)   # growth to reach both object ends
+        room = min(first_lo, n - first_hi)                    # growth before leaving the image
+        step_min = max(min_step, math.ceil(needed / g))
+        step_max = min(room // g, (size - 1) // 2)
+        if step_min <= step_max:
+            feasible.append((first_lo, step_min, step_max))
+    if not feasible:
         return None
+    first_lo, step_min, step_max = rng.choice(feasible)
     step = rng.randint(step_min, step_max)
+    first_hi = first_lo + size
     return AxisPlan(first_lo + step, size - 2 * step, step, (first_lo, first_hi),
                     (first_lo - g * step, first_hi + g * step))
 
@@ -376,7 +384,7 @@ class AnnotationIndex:
     """A pycocotools index of the well-formed records, plus the records it could not hold."""
     coco: object
     malformed: list            # [(location, reason)]
-    file_category_ids: frozenset
+    file_categories: dict      # category id -> name, as the file's categories[] has it
 
 
 _CACHE: dict[str, AnnotationIndex] = {}
@@ -425,8 +433,8 @@ def _build_index(dataset: dict) -> AnnotationIndex:
     coco.dataset = {"images": images, "annotations": annotations, "categories": categories}
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         coco.createIndex()
-    file_ids = frozenset(c["id"] for c in categories if _is_int(c.get("id")))
-    return AnnotationIndex(coco, malformed, file_ids)
+    file_categories = {c["id"]: c.get("name") for c in categories if _is_int(c.get("id"))}
+    return AnnotationIndex(coco, malformed, file_categories)
 
 
 def shard_of(number: int, shards: int) -> int:
@@ -535,8 +543,13 @@ class Coco(Scenario):
     def _candidate_item(self, index: AnnotationIndex, image: dict, ann: dict, where: str) -> dict:
         category_id = ann.get("category_id")
         if not _is_int(category_id) or category_id not in self.category_table \
-                or category_id not in index.file_category_ids:
+                or category_id not in index.file_categories:
             raise BadItem(f"unknown category id {category_id!r} (annotation {ann['id']})")
+        named = index.file_categories[category_id]
+        if named != self.category_table[category_id]["name"]:
+            # a different category table (another dataset's file?): names would be wrong
+            raise BadItem(f"inconsistent category: id {category_id} is {named!r} in the file, "
+                          f"{self.category_table[category_id]['name']!r} in the manifest")
         box = self._object_box(ann, image["width"], image["height"])
         side = int(self.params["min_image_side"])
         if min(image["width"], image["height"]) < side:

@@ -135,21 +135,30 @@ def expected_path(frames: dict, index: int) -> str:
 
 # ---- reading archive members and extracted files ---------------------------------------------
 
-_READERS: dict[str, object] = {}
-_SPANS: dict[str, tuple[int, bytes]] = {}
+_READERS: dict[tuple[str, str], object] = {}
+_SPANS: dict[tuple[str, str], tuple[int, bytes]] = {}
 _LOCK = threading.Lock()
 
 
-def read_tar_span(url: str, start: int, length: int) -> bytes:
+def archive_version(fs, path: str) -> str:
+    """What identifies one version of an archive (size plus mtime / generation / etag), so the
+    per-process caches below never serve bytes of an archive replaced under the same name."""
+    info = fs.info(path)
+    stamp = next((info[k] for k in ("mtime", "generation", "etag", "ETag", "LastModified")
+                  if info.get(k) is not None), "")
+    return f"{info.get('size')}:{stamp}"
+
+
+def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
     """`length` bytes at `start` in the uncompressed stream of a (gzipped) tar. One reader per
     archive is kept per process, so consecutive reads move forward without re-decompressing."""
     with _LOCK:
-        reader = _READERS.get(url)
+        reader = _READERS.get((url, version))
         if reader is None:
             fs, path = fileio.filesystem(url)
             compression = "gzip" if url.endswith((".gz", ".tgz")) else None
             reader = fs.open(path, "rb", compression=compression)
-            _READERS[url] = reader
+            _READERS[(url, version)] = reader
         reader.seek(start)
         data = reader.read(length)
     if len(data) != length:
@@ -161,12 +170,13 @@ def read_member(ref: dict) -> bytes:
     """A member's bytes, through a one-span-per-archive cache of its whole sequence."""
     url, offset, size = ref["url"], ref["offset"], ref["size"]
     start, end = ref.get("span") or (offset, offset + size)
+    archive = (url, ref.get("version", ""))
     with _LOCK:
-        cached = _SPANS.get(url)
+        cached = _SPANS.get(archive)
     if cached is None or cached[0] != start or len(cached[1]) != end - start:
-        cached = (start, read_tar_span(url, start, end - start))
+        cached = (start, read_tar_span(url, start, end - start, archive[1]))
         with _LOCK:
-            _SPANS[url] = cached
+            _SPANS[archive] = cached
     return cached[1][offset - start: offset - start + size]
 
 
@@ -269,6 +279,7 @@ class ROD(Scenario):
             archive = posixpath.basename(url)
             fs, path = fileio.filesystem(url)
             try:
+                version = archive_version(fs, path)
                 with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                     for member in tar:
                         if not member.isfile():
@@ -278,7 +289,8 @@ class ROD(Scenario):
                                "path": f"{url}:{member.name}",
                                "error": self._validate(data, member.name),
                                "ref": {"kind": "tar_member", "url": url, "member": member.name,
-                                       "offset": member.offset_data, "size": member.size}}
+                                       "version": version, "offset": member.offset_data,
+                                       "size": member.size}}
             except (tarfile.TarError, EOFError, OSError, ValueError) as err:
                 yield self.dead_letter(url, f"unreadable archive: {archive} cut short "
                                             f"({type(err).__name__}: {err})")

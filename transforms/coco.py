@@ -20,24 +20,35 @@ view is PIL box (left', top', right, bottom):
     left + width + h, top + height + v), grown on every side, g+1 views.
 The step cap that upstream computes (and that `num_images` holds, so that the environment's
 `valid_images = range(num_images)` and the record agree) is g for a cardinal move, 2·g for a
-diagonal, g+1 for zoom.
+diagonal, g+1 for zoom. `max_steps` stays null (upstream's COCO environment derives its cap from
+`granularity` and reads no such field); the step of an axis that does not move is 0.
+Every single-object image becomes a sample (no subsampling), so the pool size follows the source.
 
 How a crop is made (the generation code is unreleased; all of this is [I], see §3.6):
   * every coordinate and step is an integer (zoom's option is removed on an exact float
-    equality, which integer steps always reach), and every view lies inside the image (no black
-    padding) and is at least `min_view_fraction` of the image side on each axis;
+    equality, which integer steps always reach), every view lies inside the image (no black
+    padding) and is at least `min_view_fraction` of the image side on each axis, a step is at
+    least `min_step_fraction` of the side, and the stored crop (one step before the first view)
+    is itself a proper box in its convention (x2 > left for moves, size >= 1 for zoom);
   * a move starts beside the object: the first view cuts off the object on the side the camera
     must move to (its IoU with the object box < `max_start_iou`, and it shows at most
     `max_start_visible_fraction` of the box); the axis that does not move spans the object plus
     some context; the last view contains the whole object box;
   * zoom starts inside the object (a window of it, IoU < `max_start_iou`) and the last view,
-    grown symmetrically, contains the whole box;
+    grown symmetrically, contains the whole box; the window's position is drawn among those from
+    which symmetric growth reaches both object ends before an image border;
   * "covers the object" means the last view contains the object's bounding box (coverage, the
     fraction of the box inside the view, is 1.0; `min_final_coverage` is checked on every plan);
   * the direction family (cardinal / diagonal / zoom) is drawn by `direction_weights`, the
     direction uniformly inside it; directions that cannot be realised for this object (no room
     beside it, object too small to zoom into) are skipped in a seeded weighted order;
     granularity is uniform in [granularity_min, granularity_max] = [3, 5] (paper: 3-5 steps).
+
+Reading: pycocotools needs the whole annotation file in memory (val ~160 MB of JSON, train
+~330 MB), so it is loaded once per worker process and cached; the units of reading are
+`read_shards` slices of the image ids (id modulo read_shards), so workers share the per-image
+work. A raw item is one images[] record, one image id that annotations name but images[] lacks,
+or one record too malformed for pycocotools (no integer id / image_id, a duplicate image id).
 
 Selection: an image is a candidate when it has exactly one annotation and that annotation is
 not a crowd region ([?] whether crowd regions count as objects is unknown; we count them, so an

@@ -20,6 +20,7 @@ import io
 import json
 import math
 import statistics
+import unicodedata
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -46,6 +47,14 @@ def font(size: int) -> ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
+def ascii_text(text: str) -> str:
+    """Pillow's bundled font covers ASCII only (other characters render as boxes), so text
+    drawn into PNGs is folded to ASCII: accents dropped ("José" -> "Jose"), the rest "?"."""
+    folded = unicodedata.normalize("NFKD", str(text))
+    return "".join(c for c in folded if not unicodedata.combining(c)).encode(
+        "ascii", "replace").decode("ascii")
+
+
 def text_width(draw: ImageDraw.ImageDraw, text: str, size: int) -> float:
     return draw.textlength(text, font=font(size))
 
@@ -57,9 +66,9 @@ def png_bytes(image: Image.Image) -> bytes:
 
 
 def draw_title(draw: ImageDraw.ImageDraw, title: str, subtitle: str = "") -> None:
-    draw.text((MARGIN, MARGIN - 8), title, fill=INK, font=font(20))
+    draw.text((MARGIN, MARGIN - 8), ascii_text(title), fill=INK, font=font(20))
     if subtitle:
-        draw.text((MARGIN, MARGIN + 18), subtitle, fill=MUTED, font=font(13))
+        draw.text((MARGIN, MARGIN + 18), ascii_text(subtitle), fill=MUTED, font=font(13))
 
 
 # ---- grouped horizontal bar chart ---------------------------------------------------------
@@ -104,7 +113,7 @@ def draw_legend(draw: ImageDraw.ImageDraw, series: list[str], y: int) -> None:
     x = LABEL_W
     for i, name in enumerate(series):
         draw.rectangle((x, y + 4, x + 12, y + 16), fill=PALETTE[i % len(PALETTE)])
-        draw.text((x + 18, y + 2), name, fill=INK, font=font(13))
+        draw.text((x + 18, y + 2), ascii_text(name), fill=INK, font=font(13))
         x += 18 + text_width(draw, name, 13) + 22
 
 
@@ -114,11 +123,12 @@ def format_number(value: float) -> str:
 
 def shorten(draw: ImageDraw.ImageDraw, text: str, size: int, width: float) -> str:
     """The text, cut with an ellipsis to fit `width` pixels."""
+    text = ascii_text(text)
     if text_width(draw, text, size) <= width:
         return text
-    while text and text_width(draw, text + "…", size) > width:
+    while text and text_width(draw, text + "...", size) > width:
         text = text[:-1]
-    return text + "…"
+    return text + "..."
 
 
 # ---- histogram panels -----------------------------------------------------------------------
@@ -245,8 +255,8 @@ def filter_chart(filters: dict) -> Image.Image:
                      ["before (pool)", "after (test)"])
 
 
-def write_build_plots(output_dir: str) -> list[str]:
-    """Write the four PNG plots under DIR/reports/plots/; returns their URLs."""
+def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
+    """Write the four PNG plots under DIR/reports/plots/ (or `target`); returns their URLs."""
     build = read_report(output_dir, "build.json")
     filters = read_report(output_dir, "filter.json")
     charts = {
@@ -257,7 +267,7 @@ def write_build_plots(output_dir: str) -> list[str]:
     }
     written = []
     for name, image in charts.items():
-        url = fileio.join(output_dir, *PLOTS_DIR, name)
+        url = fileio.join(target or fileio.join(output_dir, *PLOTS_DIR), name)
         fileio.write_bytes_atomic(url, png_bytes(image))
         written.append(url)
     return written

@@ -1,0 +1,429 @@
+"""`run_pipeline.py inspect DIR`: contact sheets of sampled rows and a static page to browse them.
+
+For each scenario config, N rows are sampled deterministically (the N smallest
+md5(seed, config, "inspect", key): independent of shard layout and reading order) and each gets a
+contact sheet PNG: its frames in order as thumbnails (the first frame framed green, the reference
+frame blue), the question, the options as the MCQA prompt letters them (proactive and abstain
+options, then the 4 categories, the answer marked) and the scenario's extra fields. `index.html`
+lists the sheets by scenario with the key fields; it uses relative links only, so it opens from
+the file system with no server.
+
+Choices:
+- COCO rows hold one frame (the full image); its sheet shows the views as the environment
+  will show them: the first view (the crop extended by one step, sources_image.md §3.7), the
+  last view (every moved axis at its step limit), and the full image (the reference) with both
+  boxes drawn on it. Boxes come from the runtime's `coco_crop_box` when it is installed.
+- Rows with many frames (VSOD, ChangeIt) show at most --max-frames thumbnails, evenly spread,
+  always including the first and the reference frame; the sheet says how many were left out.
+- Text drawn into the PNGs uses Pillow's bundled font, which covers ASCII only, so it is folded
+  to ASCII; index.html shows the exact strings.
+- Only the sampled rows' frames are decoded; other rows are read without their frames column.
+- When DIR/reports/plots/ is missing (an older build) the plots are drawn into OUT/plots/.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import io
+import os
+import posixpath
+import sys
+from urllib.parse import quote
+
+from PIL import Image, ImageDraw
+
+from proactivebench_builder.pipeline import fileio, plots
+from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
+from proactivebench_builder.pipeline.records import METADATA_COLUMNS
+from proactivebench_builder.pipeline.seeding import stable_hash
+from proactivebench_builder.pipeline.validate_command import (
+    COCO, TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
+from proactivebench_builder.transforms import vocabulary
+
+HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
+
+SHEET_WIDTH = 1200
+MARGIN = 20
+THUMB = 150           # thumbnails fit a THUMB x THUMB box
+CELL_GAP = 12
+CAPTION_H = 34
+LINE_H = 20
+TEXT_SIZE = 15
+FIRST_COLOR, REFERENCE_COLOR, LAST_COLOR = (40, 167, 69), (0, 102, 204), (255, 140, 0)
+ANSWER_COLOR, INK, MUTED, BAD = (40, 140, 60), (25, 25, 25), (110, 110, 110), (200, 30, 30)
+EXTRA_FIELDS = ("question_type", "quality_answer", "strong_occlusions", "valid_images",
+                "step_size", "max_steps", "direction", "granularity", "horizontal_step",
+                "vertical_step", "crop")
+PLOT_NAMES = ("samples_per_scenario.png", "frames_per_sample.png", "dead_letters_by_reason.png",
+              "filter_before_after.png")
+
+
+# ---- sampling -------------------------------------------------------------------------------
+
+def split_of(folders: dict, config: str, split: str) -> str | None:
+    """The requested split, or the pool when the config has no rows in it."""
+    for candidate in (split, UNFILTERED):
+        if (candidate, config) in folders:
+            return candidate
+    return None
+
+
+def shard_urls(root: str, split: str, config: str, names: list[str]) -> list[str]:
+    base = fileio.join(root, config) if split == TEST else fileio.join(root, UNFILTERED, config)
+    return [fileio.join(base, n) for n in names]
+
+
+def sample_keys(urls: list[str], config: str, seed: int, n: int) -> tuple[set[str], int]:
+    """The n keys with the smallest md5(seed, config, "inspect", key), and the row count."""
+    ranked = []
+    for url in urls:
+        for row in iter_rows(url, ["key"]):
+            ranked.append((stable_hash(seed, config, "inspect", row["key"]), row["key"]))
+    ranked.sort()
+    return {key for _, key in ranked[:n]}, len(ranked)
+
+
+def read_sampled_rows(urls: list[str], keys: set[str]) -> list[dict]:
+    rows = []
+    for url in urls:
+        rows += [r for r in iter_rows(url) if r["key"] in keys]
+    return sorted(rows, key=lambda r: r["id"])
+
+
+# ---- frames -------------------------------------------------------------------------------
+
+def decode(frame: dict | None) -> Image.Image | None:
+    """The frame as RGB, or None when its bytes do not decode (drawn as a red cell)."""
+    try:
+        image = Image.open(io.BytesIO((frame or {}).get("bytes") or b""))
+        image.draft("RGB", (THUMB * 2, THUMB * 2))  # JPEG: decode near thumbnail size
+        return image.convert("RGB")
+    except Exception:  # any undecodable frame is shown, not fatal
+        return None
+
+
+def shown_positions(count: int, first: int, reference: int, limit: int) -> list[int]:
+    """Up to `limit` positions, evenly spread, always with the first and reference frames."""
+    if count <= limit:
+        return list(range(count))
+    spread = {round(i * (count - 1) / (limit - 1)) for i in range(limit)}
+    return sorted(spread | {p for p in (first, reference) if p >= 0})
+
+
+def frame_cells(row: dict, limit: int) -> tuple[list[dict], int]:
+    """Thumbnail cells (image, caption, marks) in frame order, and how many were left out."""
+    ids, frames = row["frame_ids"] or [], row.get("frames") or []
+    first = ids.index(row["first_image"]) if row["first_image"] in ids else -1
+    reference = ids.index(row["reference_image"]) if row["reference_image"] in ids else -1
+    positions = shown_positions(len(ids), first, reference, limit)
+    cells = []
+    for p in positions:
+        marks = [m for m, hit in (("FIRST", p == first), ("REF", p == reference)) if hit]
+        cells.append({"image": decode(frames[p] if p < len(frames) else None),
+                      "caption": f"#{p} id {ids[p]}", "marks": marks})
+    return cells, len(ids) - len(positions)
+
+
+def coco_cells(row: dict) -> list[dict]:
+    """COCO: the first view, the last view, and the full image with both boxes drawn."""
+    full = decode((row.get("frames") or [None])[0])
+    if full is None:
+        return [{"image": None, "caption": "full image", "marks": ["FIRST", "REF"]}]
+    first_box = coco_box(row, 1)
+    last_box = coco_box(row, coco_step_limit(row))
+    outlined = full.copy()
+    draw = ImageDraw.Draw(outlined)
+    width = max(2, round(max(full.size) / 150))
+    draw.rectangle(last_box, outline=LAST_COLOR, width=width)
+    draw.rectangle(first_box, outline=FIRST_COLOR, width=width)
+    return [
+        {"image": full.crop(tuple(round(v) for v in first_box)),
+         "caption": "first view (crop + 1 step)", "marks": ["FIRST"]},
+        {"image": full.crop(tuple(round(v) for v in last_box)),
+         "caption": f"last view ({coco_step_limit(row)} steps)", "marks": ["LAST"]},
+        {"image": outlined, "caption": "full image: first/last boxes", "marks": ["REF"]},
+    ]
+
+
+def coco_step_limit(row: dict) -> int:
+    """Steps per axis at the end of an episode: granularity, or granularity + 1 for zoom
+    (sources_image.md §3.7)."""
+    g = row.get("granularity") or 1
+    return g + 1 if row.get("direction") == "zoom" else g
+
+
+def coco_box(row: dict, steps: int) -> tuple:
+    """The PIL box after `steps` steps on every moved axis (1 = the first view)."""
+    try:
+        from proactivebench_builder.runtime.environments import coco_crop_box as box
+    except ImportError:  # the runtime is optional for the builder
+        box = crop_box
+    return box(row, (row.get("horizontal_step") or 0) * steps,
+               (row.get("vertical_step") or 0) * steps)
+
+
+# ---- the sheet ------------------------------------------------------------------------------
+
+def wrap(draw: ImageDraw.ImageDraw, text: str, size: int, width: float) -> list[str]:
+    """Word-wrap `text` (folded to ASCII) to lines of at most `width` pixels."""
+    lines, line = [], ""
+    for word in ascii_text(text).split():
+        candidate = f"{line} {word}".strip()
+        if line and draw.textlength(candidate, font=font(size)) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = candidate
+    return lines + [line] if line else lines or [""]
+
+
+def option_lines(row: dict) -> list[tuple[str, tuple]]:
+    """(text, colour) per displayed option, lettered as the MCQA prompt letters them."""
+    lines = []
+    options, categories = row.get("options") or [], row.get("categories") or []
+    for index, option in enumerate(options + categories):
+        letter = chr(ord("A") + index)
+        text, color = f"{letter}. {option}", INK
+        if index < len(options):
+            if vocabulary.is_abstain(option):
+                text += "   (abstain)"
+            elif option == row.get("quality_answer"):
+                text += "   (the valid enhancement)"
+        elif option == row.get("answer"):
+            text, color = text + "   <= answer", ANSWER_COLOR
+        lines.append((text, color))
+    return lines
+
+
+def extras_text(row: dict) -> str:
+    parts = [f"num_images={row.get('num_images')}", f"first_image={row.get('first_image')}",
+             f"reference_image={row.get('reference_image')}"]
+    for field in EXTRA_FIELDS:
+        value = row.get(field)
+        if value is not None:
+            if isinstance(value, dict):
+                value = "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
+            parts.append(f"{field}={format_value(value)}")
+    return "; ".join(parts)
+
+
+def format_value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def text_block(draw: ImageDraw.ImageDraw, row: dict) -> list[tuple[str, tuple, int]]:
+    """(line, colour, size) of everything written under the thumbnails."""
+    width = SHEET_WIDTH - 2 * MARGIN
+    block = [(line, INK, TEXT_SIZE + 1) for line in wrap(draw, "Q: " + (row["prompt"] or ""),
+                                                         TEXT_SIZE + 1, width)]
+    block.append(("", INK, 8))
+    for text, color in option_lines(row):
+        block += [(line, color, TEXT_SIZE) for line in wrap(draw, text, TEXT_SIZE, width)]
+    block.append(("", INK, 8))
+    block += [(line, MUTED, 13) for line in wrap(draw, extras_text(row), 13, width)]
+    return block
+
+
+def render_sheet(row: dict, config: str, max_frames: int) -> Image.Image:
+    if config == COCO:
+        cells, hidden = coco_cells(row), 0
+    else:
+        cells, hidden = frame_cells(row, max_frames)
+    columns = max(1, (SHEET_WIDTH - 2 * MARGIN + CELL_GAP) // (THUMB + CELL_GAP))
+    grid_rows = -(-len(cells) // columns)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    block = text_block(measure, row)
+    header_h = 62 + (LINE_H if hidden else 0)
+    height = (header_h + grid_rows * (THUMB + CAPTION_H + CELL_GAP) + 10
+              + sum(line_height(size) for _, _, size in block) + MARGIN)
+    sheet = Image.new("RGB", (SHEET_WIDTH, height), "white")
+    draw = ImageDraw.Draw(sheet)
+    draw_header(draw, row, config, hidden)
+    for index, cell in enumerate(cells):
+        x = MARGIN + (index % columns) * (THUMB + CELL_GAP)
+        y = header_h + (index // columns) * (THUMB + CAPTION_H + CELL_GAP)
+        draw_cell(sheet, draw, cell, x, y)
+    y = header_h + grid_rows * (THUMB + CAPTION_H + CELL_GAP) + 10
+    for text, color, size in block:
+        draw.text((MARGIN, y), text, fill=color, font=font(size))
+        y += line_height(size)
+    return sheet
+
+
+def line_height(size: int) -> int:
+    return max(8, round(size * 1.35))
+
+
+def draw_header(draw: ImageDraw.ImageDraw, row: dict, config: str, hidden: int) -> None:
+    title = f"{config}   id {row['id']}   {row['key']}"
+    draw.text((MARGIN, 12), plots.shorten(draw, title, 20, SHEET_WIDTH - 2 * MARGIN), fill=INK,
+              font=font(20))
+    legend = (f"{len(row['frame_ids'] or [])} frame(s); green frame = first frame shown, "
+              "blue = reference frame" + ("; orange = last view" if config == COCO else ""))
+    draw.text((MARGIN, 38), plots.shorten(draw, legend, 13, SHEET_WIDTH - 2 * MARGIN),
+              fill=MUTED, font=font(13))
+    if hidden:
+        draw.text((MARGIN, 56), f"{hidden} frames not shown (evenly spread selection)",
+                  fill=MUTED, font=font(13))
+
+
+def fit(image: Image.Image, box: int) -> Image.Image:
+    """The image scaled to fit a box x box square; small images are enlarged with nearest
+    neighbour so their pixels stay visible (miniature frames are a few dozen pixels)."""
+    scale = min(box / image.width, box / image.height)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    resample = Image.Resampling.NEAREST if scale > 1 else Image.Resampling.LANCZOS
+    return image.resize(size, resample)
+
+
+def draw_cell(sheet: Image.Image, draw: ImageDraw.ImageDraw, cell: dict, x: int, y: int) -> None:
+    draw.rectangle((x, y, x + THUMB - 1, y + THUMB - 1), fill=(240, 240, 240))
+    image = cell["image"]
+    if image is None:
+        draw.line((x, y, x + THUMB, y + THUMB), fill=BAD, width=3)
+        draw.line((x, y + THUMB, x + THUMB, y), fill=BAD, width=3)
+        draw.text((x + 6, y + 6), "undecodable", fill=BAD, font=font(13))
+    else:
+        thumb = fit(image, THUMB)
+        sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
+    colors = {"FIRST": FIRST_COLOR, "REF": REFERENCE_COLOR, "LAST": LAST_COLOR}
+    for inset, mark in enumerate(cell["marks"]):
+        pad = inset * 4
+        draw.rectangle((x - 3 + pad, y - 3 + pad, x + THUMB + 2 - pad, y + THUMB + 2 - pad),
+                       outline=colors[mark], width=4)
+    draw.text((x, y + THUMB + 4), plots.shorten(draw, cell["caption"], 12, THUMB), fill=INK,
+              font=font(12))
+    mark_x = x
+    for mark in cell["marks"]:
+        draw.text((mark_x, y + THUMB + 18), mark, fill=colors[mark], font=font(12))
+        mark_x += draw.textlength(mark, font=font(12)) + 8
+
+
+# ---- the page ---------------------------------------------------------------------------------
+
+def sheet_name(split: str, row: dict) -> str:
+    return f"{split}-{row['id']:06d}.png"
+
+
+def local_relpath(target: str, start: str) -> str | None:
+    """A relative link from `start` to `target` when both are local paths, else None."""
+    if "://" in target or "://" in start:
+        return None
+    return os.path.relpath(target, start).replace(os.sep, "/")
+
+
+def page(title: str, summary: str, sections: list[dict], plot_links: list[str]) -> str:
+    esc = html.escape
+    nav = " | ".join(f'<a href="#{quote(s["config"])}">{esc(s["config"])}</a> '
+                     f'({len(s["entries"])})' for s in sections)
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{esc(title)}</title>", f"<style>{STYLE}</style></head><body>",
+             f"<h1>{esc(title)}</h1>", f"<p>{esc(summary)}</p>", f"<nav>{nav}</nav>"]
+    if plot_links:
+        parts.append("<h2>Build plots</h2><p>" + " ".join(
+            f'<a href="{quote(link)}"><img class="plot" src="{quote(link)}" '
+            f'alt="{esc(posixpath.basename(link))}"></a>' for link in plot_links) + "</p>")
+    for section in sections:
+        parts.append(f'<section id="{esc(section["config"])}"><h2>{esc(section["config"])}</h2>'
+                     f'<p>{esc(section["note"])}</p><table><tr><th>sheet</th><th>id / key</th>'
+                     "<th>question and options</th><th>answer</th><th>frames</th>"
+                     "<th>extras</th></tr>")
+        for entry in section["entries"]:
+            parts.append(entry_row(entry))
+        parts.append("</table></section>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def entry_row(entry: dict) -> str:
+    esc, row = html.escape, entry["row"]
+    options = "".join(f"<li>{esc(o)}</li>" for o in (row["options"] or []) + (row["categories"] or []))
+    link = quote(entry["sheet"])
+    return (f'<tr><td><a href="{link}"><img class="thumb" src="{link}" alt="sheet"></a></td>'
+            f"<td>{row['id']}<br><code>{esc(row['key'])}</code></td>"
+            f"<td>{esc(row['prompt'] or '')}<ol type=\"A\">{options}</ol></td>"
+            f"<td>{esc(row['answer'] or '')}</td>"
+            f"<td>{len(row['frame_ids'] or [])} (first {row['first_image']}, "
+            f"reference {row['reference_image']})</td>"
+            f"<td><small>{esc(extras_text(row))}</small></td></tr>")
+
+
+STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}"
+         "table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:6px;"
+         "vertical-align:top;text-align:left}img.thumb{width:360px}img.plot{width:460px;"
+         "margin:4px;border:1px solid #ddd}nav{margin:1em 0}code{font-size:90%}"
+         "section{margin-top:2em}")
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+def plot_links(root: str, out: str) -> list[str]:
+    """Relative links to the build plots; drawn into OUT/plots when the build has none."""
+    built = fileio.join(root, *plots.PLOTS_DIR)
+    if all(fileio.exists(fileio.join(built, n)) for n in PLOT_NAMES):
+        rel = local_relpath(built, out)
+        if rel is not None:
+            return [f"{rel}/{n}" for n in PLOT_NAMES]
+    plots.write_build_plots(root, target=fileio.join(out, "plots"))
+    return [f"plots/{n}" for n in PLOT_NAMES]
+
+
+def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
+                   split: str = TEST, max_frames: int = 32) -> list[str]:
+    """Write the contact sheets and index.html; returns the written files (sheets, page)."""
+    root = root.rstrip("/")
+    folders = shard_folders(root)
+    sections, written = [], []
+    for config in sorted({c for _, c in folders}):
+        chosen_split = split_of(folders, config, split)
+        urls = shard_urls(root, chosen_split, config, folders[(chosen_split, config)])
+        keys, total = sample_keys(urls, config, seed, per_scenario)
+        entries = []
+        for row in read_sampled_rows(urls, keys):
+            rel = f"{config}/{sheet_name(chosen_split, row)}"
+            url = fileio.join(out, config, sheet_name(chosen_split, row))
+            fileio.write_bytes_atomic(url, png_bytes(render_sheet(row, config, max_frames)))
+            written.append(url)
+            entries.append({"sheet": rel, "row": {c: row.get(c) for c in METADATA_COLUMNS}})
+        sections.append({"config": config, "entries": entries,
+                         "note": f"{len(entries)} of {total} rows of the {chosen_split} split, "
+                                 f"sampled with seed {seed}"})
+    links = plot_links(root, out)
+    summary = (f"Contact sheets of {root}: up to {per_scenario} rows per scenario. Each sheet "
+               "shows the frames in order (green = first frame shown, blue = reference), the "
+               "question, the options as lettered in the MCQA prompt, and the answer.")
+    index = fileio.join(out, "index.html")
+    fileio.write_bytes_atomic(index, page("ProactiveBench: inspect", summary, sections,
+                                          links).encode("utf-8"))
+    return written + [index]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="run_pipeline.py inspect", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", metavar="DIR", help="a built folder")
+    parser.add_argument("--out", help="where to write the sheets and index.html "
+                        "(default: DIR/inspect)")
+    parser.add_argument("--per-scenario", "--per_scenario", dest="per_scenario", type=int,
+                        default=4, help="rows sampled per scenario (default: 4)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--split", choices=(TEST, UNFILTERED), default=TEST,
+                        help="split to sample from (default: test; the pool when a config has "
+                        "no test rows)")
+    parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=int, default=32,
+                        help="most thumbnails per sheet (default: 32)")
+    args = parser.parse_args(argv)
+    if args.per_scenario < 1 or args.max_frames < 2:
+        parser.error("--per-scenario must be >= 1 and --max-frames >= 2")
+    out = args.out or fileio.join(args.dir.rstrip("/"), "inspect")
+    if not shard_folders(args.dir.rstrip("/")):
+        print(f"no Parquet shards under {args.dir}", file=sys.stderr)
+        return 1
+    written = inspect_folder(args.dir, out, args.per_scenario, args.seed, args.split,
+                             args.max_frames)
+    print(f"wrote {len(written) - 1} contact sheets and {written[-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import csv
 import io
-import posixpath
 import random
 import re
 import xml.etree.ElementTree as ET

@@ -4,6 +4,7 @@ Hugging Face offline mode on, so any call that escapes the fake fails loudly."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import types
@@ -37,6 +38,13 @@ def offline_hub(monkeypatch, tmp_path):
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
     monkeypatch.delenv("HF_OIDC_RESOURCE", raising=False)
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+
+
+@pytest.fixture(autouse=True)
+def own_checks_only(monkeypatch):
+    """Publishing is tested with its own folder checks; the fuller `validate` command has its
+    own tests, and `test_the_validate_command_is_consulted` checks that publishing calls it."""
+    monkeypatch.setattr(publish, "external_validator", lambda: None)
 
 
 @pytest.fixture
@@ -92,7 +100,7 @@ class FakeHub:
     def repo_info(self, repo_id, repo_type=None, revision=None, **kw):
         assert repo_type == "dataset"
         if not self.exists:
-            raise RepositoryNotFoundError("404 not found", response=None)
+            raise RepositoryNotFoundError("404 Repository Not Found", response=not_found(repo_id))
         return types.SimpleNamespace(sha=self.sha)
 
     def create_repo(self, repo_type=None, private=None, exist_ok=False, **kw):
@@ -142,6 +150,14 @@ class FakeHub:
             with open(os.path.join(folder_path, name), "rb") as handle:
                 self.files[name] = handle.read()
             self.head += 1  # upload_folder commits in several parts
+
+
+def not_found(repo_id: str):
+    """The response a 404 error carries (huggingface_hub's HTTP client is httpx2)."""
+    import httpx2
+
+    url = f"https://huggingface.co/api/datasets/{repo_id}"
+    return httpx2.Response(404, request=httpx2.Request("GET", url))
 
 
 def local_bytes(folder: str) -> dict[str, bytes]:
@@ -228,22 +244,41 @@ def test_rerun_writes_nothing_and_stale_files_are_removed(built, tmp_path, capsy
     assert "nothing to do" in capsys.readouterr().out
 
 
-def test_a_train_split_is_published_when_present(built, tmp_path):
-    table = pq.read_table(os.path.join(built, shard_paths(built)[0])).slice(0, 3)
+def add_train_split(built: str) -> None:
+    """A `default` config with a train split under data/, as the train builder writes it (its
+    schema is its own: only the test and unfiltered splits follow the record contract)."""
     os.makedirs(os.path.join(built, "data"))
-    pq.write_table(table, os.path.join(built, "data", "train-00000-of-00001.parquet"))
+    pq.write_table(pa.table({"key": ["a", "b"], "prompt": [["x"], ["y"]]}),
+                   os.path.join(built, "data", "train-00000-of-00001.parquet"))
     text = open(os.path.join(built, "README.md"), encoding="utf-8").read()
-    head, front, body = text.split("---\n", 2)
+    _, front, body = text.split("---\n", 2)
     meta = yaml.safe_load(front)
     meta["configs"].insert(0, {"config_name": "default", "data_files": [
         {"split": "train", "path": "data/train-*.parquet"}]})
     open(os.path.join(built, "README.md"), "w", encoding="utf-8").write(
         "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
+
+
+def test_a_train_split_is_published_when_present(built, tmp_path):
+    if not any(c["config_name"] == "default" for c in card_configs(built)):
+        add_train_split(built)
     target = str(tmp_path / "published")
     assert main([built, "--to", target]) == 0
-    rows = datasets.load_dataset(target, name="default", split="train",
-                                 cache_dir=str(tmp_path / "cache"))
-    assert rows["key"] == table.column("key").to_pylist()
+    assert [p for p in publish.list_files(target) if p.startswith("data/train-")]
+    kwargs = dict(name="default", split="train")
+    ours = datasets.load_dataset(built, cache_dir=str(tmp_path / "c1"), **kwargs)
+    theirs = datasets.load_dataset(target, cache_dir=str(tmp_path / "c2"), **kwargs)
+    assert len(theirs) > 0 and theirs.data.table.equals(ours.data.table)
+
+
+def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys):
+    validate_command = pytest.importorskip("proactivebench_builder.pipeline.validate_command")
+    monkeypatch.undo()  # the real external_validator, which finds validate_command
+    seen = []
+    monkeypatch.setattr(validate_command, "validate_folder",
+                        lambda path: seen.append(path) or ["row 3: answer not in categories"])
+    assert main([built, "--to", str(tmp_path / "published")]) == 2
+    assert seen == [built] and "answer not in categories" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- validation
@@ -327,7 +362,8 @@ def test_upstream_archives_go_under_test(built, monkeypatch):
     hub = FakeHub().install(monkeypatch)
     assert main([built, "--repo_id", REPO, "--with_upstream"]) == 0
     upstream = sorted(p for p in hub.files if p.startswith("test/"))
-    configs = sorted(c["config_name"] for c in card_configs(built))
+    report = json.load(open(os.path.join(built, "reports", "build.json"), encoding="utf-8"))
+    configs = sorted(e["config"] for e in report["scenarios"].values() if e["config"])
     assert [p for p in upstream if p.endswith(".jsonl")] == \
         [f"test/{c}_preprocessed.jsonl" for c in configs]
     assert [p for p in upstream if p.endswith(".zip")]

@@ -1,0 +1,186 @@
+"""`run_pipeline.py inspect` and the build plots: images exist, decode and have the expected
+size; every link in index.html resolves to a file; sampling is deterministic; COCO views follow
+sources_image.md §3.7."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+from urllib.parse import unquote
+
+import pytest
+from PIL import Image
+
+from proactivebench_builder.pipeline import plots
+from proactivebench_builder.pipeline.inspect_command import (
+    SHEET_WIDTH, THUMB, coco_box, inspect_folder, main, render_sheet, shown_positions)
+from proactivebench_builder.pipeline.validate_command import crop_box
+
+PER_SCENARIO = 2
+
+
+@pytest.fixture(scope="module")
+def inspected(built_miniature, tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("inspect"))
+    inspect_folder(built_miniature, out, per_scenario=PER_SCENARIO, seed=0)
+    return out
+
+
+def configs_of(built: str) -> list[str]:
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(built, "unfiltered", "*", "test-00000-*.parquet")))
+
+
+def sheet_paths(root: str) -> list[str]:
+    """Contact sheets (OUT/<config>/*.png), not the plots drawn into OUT/plots."""
+    return sorted(p for p in glob.glob(os.path.join(root, "*", "*.png"))
+                  if os.path.basename(os.path.dirname(p)) != "plots")
+
+
+def decoded(path: str) -> Image.Image:
+    with Image.open(path) as image:
+        image.load()
+        return image.copy()
+
+
+def test_one_sheet_per_sampled_row(built_miniature, inspected):
+    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))
+    rows = {e["config"]: e["rows"]["test"] or e["rows"]["unfiltered"]
+            for e in report["scenarios"].values() if e["config"]}
+    for config in configs_of(built_miniature):
+        sheets = glob.glob(os.path.join(inspected, config, "*.png"))
+        assert len(sheets) == min(PER_SCENARIO, rows[config]), config
+
+
+def test_sheets_decode_with_the_expected_size(inspected):
+    sheets = sheet_paths(inspected)
+    assert sheets
+    for path in sheets:
+        image = decoded(path)
+        assert image.width == SHEET_WIDTH, path
+        assert image.height > THUMB + 100, path
+
+
+def test_every_link_in_the_page_resolves(inspected):
+    page = open(os.path.join(inspected, "index.html"), encoding="utf-8").read()
+    links = re.findall(r'(?:href|src)="([^"]+)"', page)
+    files = [link for link in links if not link.startswith("#")]
+    assert files, "the page links no sheet"
+    for link in files:
+        assert "://" not in link and not link.startswith("/"), f"not relative: {link}"
+        assert os.path.isfile(os.path.join(inspected, unquote(link))), link
+    anchors = {a[1:] for a in links if a.startswith("#")}
+    for anchor in anchors:
+        assert f'id="{anchor}"' in page
+
+
+def test_sampling_is_deterministic(built_miniature, inspected, tmp_path):
+    again = str(tmp_path / "again")
+    inspect_folder(built_miniature, again, per_scenario=PER_SCENARIO, seed=0)
+    names = lambda root: [os.path.relpath(p, root) for p in sheet_paths(root)]
+    assert names(again) == names(inspected)
+    for name in names(again):
+        assert open(os.path.join(again, name), "rb").read() == \
+            open(os.path.join(inspected, name), "rb").read()
+
+
+def test_command_line(built_miniature, tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    assert main([built_miniature, "--out", out, "--per-scenario", "1", "--seed", "3"]) == 0
+    assert os.path.isfile(os.path.join(out, "index.html"))
+    assert "contact sheets" in capsys.readouterr().out
+
+
+def test_default_output_is_inside_the_folder(built_miniature, tmp_path):
+    copy = str(tmp_path / "built")
+    shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream"))
+    assert main([copy, "--per-scenario", "1"]) == 0
+    assert os.path.isfile(os.path.join(copy, "inspect", "index.html"))
+
+
+def test_undecodable_frame_is_drawn_not_fatal():
+    row = {"id": 0, "key": "X/1", "frame_ids": [0, 1], "first_image": 0, "reference_image": 1,
+           "frames": [{"bytes": b"junk", "path": "a.png"}, {"bytes": b"", "path": "b.png"}],
+           "prompt": "What is it?", "options": ["Add more details.", "I cannot tell."],
+           "categories": ["A.", "B.", "C.", "D."], "answer": "A.", "num_images": 2}
+    assert render_sheet(row, "QuickDraw", 32).width == SHEET_WIDTH
+
+
+def test_shown_positions_keep_first_and_reference():
+    shown = shown_positions(230, 117, 3, 32)
+    assert 117 in shown and 3 in shown and 0 in shown and 229 in shown
+    assert shown == sorted(set(shown)) and len(shown) <= 34
+    assert shown_positions(5, 4, 0, 32) == [0, 1, 2, 3, 4]
+
+
+COCO_CROP = {"left": 200.0, "top": 100.0, "width": 260.0, "height": 150.0}
+
+
+@pytest.mark.parametrize("box", [coco_box, lambda row, k: crop_box(
+    row, row["horizontal_step"] * k, row["vertical_step"] * k)])
+def test_coco_views_follow_the_environment(box):
+    # sources_image.md §3.7, checked against the upstream environment: a `left` move with
+    # granularity 3 and h0 10 goes 190 -> 170; zoom (true sizes) goes (190,92,470,258) ->
+    # (160,68,500,282) after granularity + 1 = 4 steps.
+    left = {"crop": COCO_CROP, "direction": "left", "granularity": 3,
+            "horizontal_step": 10.0, "vertical_step": 0.0}
+    assert tuple(box(left, 1)) == (190, 100, 260, 150)
+    assert tuple(box(left, 3)) == (170, 100, 260, 150)
+    zoom = {"crop": COCO_CROP, "direction": "zoom", "granularity": 3,
+            "horizontal_step": 10.0, "vertical_step": 8.0}
+    assert tuple(box(zoom, 1)) == (190, 92, 470, 258)
+    assert tuple(box(zoom, 4)) == (160, 68, 500, 282)
+
+
+# ---- build plots ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plotted(built_miniature, tmp_path_factory) -> tuple[str, list[str]]:
+    copy = str(tmp_path_factory.mktemp("plots") / "built")
+    shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream", "*.parquet"))
+    for path in glob.glob(os.path.join(built_miniature, "unfiltered", "*", "*.parquet")):
+        target = os.path.join(copy, os.path.relpath(path, built_miniature))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy(path, target)
+    return copy, plots.write_build_plots(copy)
+
+
+def test_build_plots_decode_with_the_expected_size(plotted):
+    root, written = plotted
+    report = json.load(open(os.path.join(root, "reports", "build.json")))["scenarios"]
+    filters = json.load(open(os.path.join(root, "reports", "filter.json")))["scenarios"]
+    reasons = sum(len(e["dead_letters_by_reason"]) for e in report.values())
+    with_config = sum(1 for e in report.values() if e["config"])
+    expected = {
+        "samples_per_scenario.png": plots.bar_chart_height(len(report), 5),
+        "frames_per_sample.png": plots.histogram_height(with_config),
+        "dead_letters_by_reason.png": plots.bar_chart_height(reasons, 1),
+        "filter_before_after.png": plots.bar_chart_height(len(filters), 2),
+    }
+    assert sorted(os.path.basename(p) for p in written) == sorted(expected)
+    for path in written:
+        image = decoded(path)
+        assert image.size == (plots.WIDTH, expected[os.path.basename(path)]), path
+
+
+def test_build_plots_are_byte_identical_when_redrawn(plotted):
+    root, written = plotted
+    before = {p: open(p, "rb").read() for p in written}
+    plots.write_build_plots(root)
+    assert {p: open(p, "rb").read() for p in written} == before
+
+
+def test_frames_per_sample_reads_frame_ids_only(plotted):
+    root, _ = plotted
+    # the copy holds the unfiltered shards only: frame counts need nothing else
+    counts = plots.frame_counts(root, "QuickDraw")
+    assert sum(counts.values()) > 0 and min(counts) >= 1
+
+
+def test_dead_letter_chart_with_reasons():
+    build = {"scenarios": {"quickdraw": {"dead_letters_by_reason": {"malformed line": 3,
+                                                                    "unknown class": 1}}}}
+    image = plots.dead_letters_chart(build)
+    assert image.size == (plots.WIDTH, plots.bar_chart_height(2, 1))

@@ -144,8 +144,13 @@ class BuildBenchmark(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShard(p))
         )
+        branches = [side_reports, pool_reports, written]
+        if p.get("train_sources"):
+            from proactivebench_builder.pipeline.train import BuildTrainSplit
+
+            branches.append(pbegin | "TrainSplit" >> BuildTrainSplit(p))
         return (
-            (side_reports, pool_reports, written)
+            branches
             | "AllReports" >> beam.Flatten()
             | "OneKey" >> beam.Map(lambda v: (None, v))
             | "Gather" >> beam.GroupByKey()

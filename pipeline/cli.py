@@ -122,6 +122,9 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
     else:
         params["sources"] = resolve_sources(opts, scenarios)
         selection["origin"] = "built"
+        if not opts.no_train:
+            params["train_sources"] = {n: params["sources"][n] for n, cls in scenarios.items()
+                                       if cls.has_train_split}
     stamp = {
         "code_version": code_version(),
         "command": "run_pipeline.py " + " ".join(argv),

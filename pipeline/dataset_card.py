@@ -49,7 +49,7 @@ def front_matter(configs: list[str], licenses: list[str], extra_configs=None) ->
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def render(report: dict, filters: dict, params: dict, extra_configs=None) -> str:
+def render(report: dict, filters: dict, params: dict, extra_configs=None, train=None) -> str:
     names = [n for n in sorted(report) if report[n]["config"]]
     manifests = {n: load_manifest(n) for n in names}
     configs = [manifests[n]["config_name"] for n in names]
@@ -62,6 +62,11 @@ def render(report: dict, filters: dict, params: dict, extra_configs=None) -> str
         r = report[n]
         mode = filters.get(n, {}).get("mode", "none")
         lines.append(f"| {r['config']} | {r['samples']} | {r['kept']} | {mode} |")
+    if train and train.get("rows"):
+        mix = ", ".join(f"{c}: {m.get('ambiguous', 0)} ambiguous / {m.get('unambiguous', 0)} "
+                        f"unambiguous" for c, m in sorted(train.get("mix", {}).items()))
+        lines += ["", f"The `default` config holds the `train` split for GRPO post-training: "
+                  f"{train['rows']} single-turn examples ({mix})."]
     lines += ["", "Load a config with `datasets.load_dataset(PATH_OR_REPO, name=CONFIG, split=\"test\")`"
               " (or `split=\"unfiltered\"` for the pool before leakage filtering).", "",
               "## Sources and licences", "", "| config | source | licence | homepage |",

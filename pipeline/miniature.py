@@ -2,6 +2,8 @@
 on-disk layout. The default build and the tests read these, so nothing is downloaded."""
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 import os
 import shutil
@@ -18,16 +20,34 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
     os.makedirs(root, exist_ok=True)
     for name, cls in sorted(scenario_classes.items()):
         target = os.path.join(root, load_manifest(name)["source_subdir"])
-        if os.path.exists(os.path.join(target, MARKER)):
+        version = generator_version(name, cls)
+        if _read(os.path.join(target, MARKER)) == version:
             continue
         LOG.info("writing the miniature %s source to %s", name, target)
         staging = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
         try:
             cls.write_miniature(staging, seed)
             with open(os.path.join(staging, MARKER), "w") as handle:
-                handle.write(f"{name}\n")
+                handle.write(version)
             shutil.rmtree(target, ignore_errors=True)
             os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+def generator_version(name: str, cls) -> str:
+    """Changes when the scenario's code or manifest changes, so a stale miniature is rewritten."""
+    from proactivebench_builder.pipeline.manifests import manifest_bytes
+
+    digest = hashlib.sha256(inspect.getsource(inspect.getmodule(cls)).encode("utf-8"))
+    digest.update(manifest_bytes(f"{name}.yaml"))
+    return f"{name} {digest.hexdigest()}\n"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None

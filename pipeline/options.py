@@ -56,5 +56,9 @@ class BuildOptions(PipelineOptions):
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "
                  "items (default: %(default)s).")
         parser.add_argument(
+            "--no_train", action="store_true",
+            help="Skip the train split (data/train-*.parquet, built from the scenarios that have "
+                 "one: QuickDraw and COCO).")
+        parser.add_argument(
             "--no_upstream_export", action="store_true",
             help="Skip writing DIR/upstream (the upstream JSONL layout with image files).")

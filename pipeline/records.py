@@ -133,3 +133,45 @@ def check_row(row: dict) -> None:
     for slot in ("first_image", "reference_image"):
         if row[slot] not in ids:
             raise ValueError(f"row {row['key']!r}: {slot}={row[slot]} has no frame")
+
+
+# ---- the train split (GRPO post-training; the released `default` config's `train` split) ----
+
+MESSAGE_TYPE = pa.struct([
+    ("role", pa.string()),
+    ("content", pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))),
+])
+_TRAIN_ARROW_FIELDS = [
+    ("prompt", pa.list_(MESSAGE_TYPE)),
+    ("ground_truth", pa.string()),
+    ("proactive_actions", pa.list_(pa.string())),
+    ("options", pa.list_(pa.string())),
+    ("images", pa.list_(IMAGE_TYPE)),
+    ("key", pa.string()),
+    ("config", pa.string()),
+    ("ambiguous", pa.bool_()),
+    ("frame_id", pa.int64()),
+    ("source", SOURCE_TYPE),
+]
+TRAIN_COLUMNS = tuple(name for name, _ in _TRAIN_ARROW_FIELDS)
+TRAIN_HF_FEATURES = {
+    "prompt": _sequence({
+        "role": _value("string"),
+        "content": _sequence({"type": _value("string"), "text": _value("string")}),
+    }),
+    "ground_truth": _value("string"),
+    "proactive_actions": _sequence(_value("string")),
+    "options": _sequence(_value("string")),
+    "images": _sequence({"_type": "Image"}),
+    "key": _value("string"),
+    "config": _value("string"),
+    "ambiguous": _value("bool"),
+    "frame_id": _value("int64"),
+    "source": HF_FEATURES["source"],
+}
+
+
+def train_arrow_schema() -> pa.Schema:
+    metadata = {"huggingface": json.dumps({"info": {"features": TRAIN_HF_FEATURES}},
+                                          sort_keys=True)}
+    return pa.schema([pa.field(n, t) for n, t in _TRAIN_ARROW_FIELDS], metadata=metadata)

@@ -96,8 +96,16 @@ class WriteReports(beam.DoFn):
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "filter.json"),
                                   _json({"settings": p["selection"], "scenarios": filters}))
         build = {"scenarios": report, "stamp": p.get("stamp", {})}
+        extra_configs = []
+        if p.get("train_sources"):
+            from proactivebench_builder.pipeline.train import summarize_train
+
+            build["train"] = summarize_train(values)
+            if build["train"].get("rows"):
+                extra_configs.append({"config_name": "default", "data_files": [
+                    {"split": "train", "path": "data/train-*.parquet"}]})
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "build.json"), _json(build))
-        card = dataset_card.render(report, filters, p)
+        card = dataset_card.render(report, filters, p, extra_configs, build.get("train"))
         fileio.write_bytes_atomic(fileio.join(output, "README.md"), card.encode("utf-8"))
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         yield build

@@ -19,6 +19,8 @@ def split_folder(output: str, split: str, config: str) -> str:
     for the pool before filtering."""
     if split == TEST:
         return fileio.join(output, config)
+    if split == "train":
+        return fileio.join(output, "data")
     return fileio.join(output, "unfiltered", config)
 
 

@@ -23,6 +23,8 @@ def _card(output: str) -> dict:
 
 def test_card_lists_every_config_with_both_splits(built_miniature):
     configs = {c["config_name"]: c for c in _card(built_miniature)["configs"]}
+    assert configs.pop("default")["data_files"] == [{"split": "train",
+                                                     "path": "data/train-*.parquet"}]
     assert sorted(configs) == CONFIGS
     for config in configs.values():
         assert [d["split"] for d in config["data_files"]] == ["test", "unfiltered"]

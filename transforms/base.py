@@ -39,6 +39,7 @@ class BadItem(Exception):
 class Scenario:
     name: ClassVar[str] = ""          # registry key and manifest name (source_manifests/<name>.yaml)
     config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
+    has_train_split: ClassVar[bool] = False  # True when it implements the train_* methods
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -83,6 +84,40 @@ class Scenario:
     def write_miniature(cls, root: str, seed: int = 0) -> None:
         """Write a small deterministic copy of the source's real on-disk layout under `root`."""
         raise NotImplementedError
+
+    # ---- the train split (optional: scenarios without one return no units) ----------------
+
+    def list_train_units(self) -> list[str]:
+        """Units of raw reading for the train split; [] when the scenario has no train split."""
+        return []
+
+    def read_train_unit(self, unit: str) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def build_train_example(self, key: str, item: dict) -> dict:
+        """A train row (see `pipeline.records.TRAIN_COLUMNS`) with one `image_ref`."""
+        raise NotImplementedError
+
+    def train_example(self, key: str, *, question: str, options: list[str],
+                      categories: list[str], answer: str, proactive_actions: list[str],
+                      ambiguous: bool, frame_id: int, image_ref: dict, files: list[str]) -> dict:
+        """A single-turn example as the released train split holds it: the multiple-choice prompt
+        as chat messages (image first, then the upstream template), `options` as displayed
+        (proactive and abstain options, then the categories), and the suggestions valid for
+        this frame in `proactive_actions` (empty on an unambiguous frame)."""
+        from proactivebench_builder.runtime.prompts import multi_choice_prompt
+
+        displayed = list(options) + list(categories)
+        text = multi_choice_prompt(question, displayed)
+        return {
+            "prompt": [{"role": "user", "content": [{"type": "image", "text": None},
+                                                    {"type": "text", "text": text}]}],
+            "ground_truth": answer, "proactive_actions": list(proactive_actions),
+            "options": displayed, "key": key, "config": self.config_name,
+            "ambiguous": ambiguous, "frame_id": frame_id, "image_ref": image_ref,
+            "source": {"dataset": self.manifest["dataset"], "license": self.manifest["license"],
+                       "files": list(files)},
+        }
 
     # ---- shared helpers ---------------------------------------------------------------------
 

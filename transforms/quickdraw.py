@@ -123,6 +123,7 @@ def render_strokes(strokes, size: int, padding: int, line_width: int) -> bytes:
 class QuickDraw(Scenario):
     name = "quickdraw"
     config_name = "QuickDraw"
+    has_train_split = True
 
     @property
     def family(self) -> str:
@@ -137,13 +138,26 @@ class QuickDraw(Scenario):
         return [fileio.join(folder, n) for n in names]
 
     def read_unit(self, unit: str):
+        yield from self._read_ranked(unit, 0, int(self.params["samples_per_class"]))
+
+    def list_train_units(self) -> list[str]:
+        return self.list_units()
+
+    def read_train_unit(self, unit: str):
+        """The train split takes the drawings ranked right after the test picks, so the two are
+        disjoint by construction (same ranking, non-overlapping rank ranges)."""
+        start = int(self.params["samples_per_class"])
+        yield from self._read_ranked(unit, start, start + int(self.params["train_per_class"]))
+
+    def _read_ranked(self, unit: str, start: int, stop: int):
+        """Stream one category file; yield candidates for the eligible drawings whose hash rank
+        is in [start, stop), dead letters for bad lines, and counts for everything else."""
         category = category_of_file(posixpath.basename(unit))
         if category not in set(self.manifest["classes"]):
             for number, _ in enumerate(self._lines(unit), start=1):
                 yield self.count("raw_items")
                 yield self.dead_letter(f"{unit}:{number}", f"unknown class: {category!r}")
             return
-        k = int(self.params["samples_per_class"])
         heap, seen, eligible = [], set(), 0
         for number, line in enumerate(self._lines(unit), start=1):
             yield self.count("raw_items")
@@ -166,17 +180,21 @@ class QuickDraw(Scenario):
                 continue
             eligible += 1
             rank = hash_rank(self.seed, self.name, "test", f"{category}/{key_id}")
-            entry = (-rank, key_id, number, drawing["strokes"])
-            if len(heap) < k:
+            entry = (-rank, key_id, number, drawing["strokes"])  # a max-heap of the smallest ranks
+            if len(heap) < stop:
                 heapq.heappush(heap, entry)
             elif entry > heap[0]:
                 heapq.heapreplace(heap, entry)
-        if eligible > len(heap):
-            yield self.count("excluded:not_sampled", eligible - len(heap))
-        for _, key_id, number, strokes in sorted(heap, key=lambda e: e[1]):
-            key = f"QuickDraw/{category}/{key_id}"
-            yield self.candidate(key, {"category": category, "key_id": key_id, "strokes": strokes,
-                                       "file": self.relative(unit), "line": number})
+        ranked = sorted(heap, key=lambda e: -e[0])
+        picked = ranked[start:stop]
+        if start:
+            yield self.count("excluded:in_test_pool", min(start, len(ranked)))
+        if eligible > len(ranked):
+            yield self.count("excluded:not_sampled", eligible - len(ranked))
+        for _, key_id, number, strokes in sorted(picked, key=lambda e: e[1]):
+            yield self.candidate(f"QuickDraw/{category}/{key_id}",
+                                 {"category": category, "key_id": key_id, "strokes": strokes,
+                                  "file": self.relative(unit), "line": number})
 
     @staticmethod
     def _lines(url: str):
@@ -222,6 +240,24 @@ class QuickDraw(Scenario):
         row["source"]["files"] = [f"{item['file']}:{item['line']}"]
         row["frame_refs"] = [{"kind": "strokes", "strokes": strokes[: i + 1]} for i in range(n)]
         return row
+
+    def build_train_example(self, key: str, item: dict) -> dict:
+        """One frame of a train drawing: an early stroke prefix (ambiguous: the valid reply is to
+        ask for more strokes) or the full drawing (unambiguous: the valid reply is the class),
+        mixed by `train_ambiguous_fraction`."""
+        strokes = item["strokes"]
+        rng = self.rng(key, "train_mix")
+        ambiguous = rng.random() < float(self.params["train_ambiguous_fraction"])
+        frame = rng.randrange(0, len(strokes) - 1) if ambiguous else len(strokes) - 1
+        request = self.rng(key, "request").choice(DETAIL_REQUESTS)
+        return self.train_example(
+            key, question=self.pick_prompt(key, QUESTIONS),
+            options=self.build_options(key, [request]),
+            categories=self.pick_categories(key, item["category"], self.manifest["classes"]),
+            answer=format_category(item["category"]),
+            proactive_actions=[request] if ambiguous else [], ambiguous=ambiguous,
+            frame_id=frame, image_ref={"kind": "strokes", "strokes": strokes[: frame + 1]},
+            files=[f"{item['file']}:{item['line']}"])
 
     def load_frame(self, ref: dict) -> bytes:
         if ref["kind"] != "strokes":

@@ -71,6 +71,9 @@ DEFAULT_MAX_COMMIT_FILES = 100  # the Hub's recommendation for one commit
 DEFAULT_ARCHIVE_MAX_BYTES = 5 * 10 ** 9
 
 
+RESUME_HINT = ("Re-run the same command to resume: files already on the target are skipped.")
+
+
 class PublishError(RuntimeError):
     """Publishing cannot go ahead; the message says why and what to do."""
 
@@ -478,14 +481,26 @@ class HubClient:
         self.api = HfApi(token=token)
 
     def call(self, what: str, method: str, *args, **kwargs):
-        from huggingface_hub.errors import OfflineModeIsEnabled
+        from huggingface_hub.errors import (HfHubHTTPError, OfflineModeIsEnabled,
+                                            RepositoryNotFoundError, RevisionNotFoundError)
 
         try:
             return getattr(self.api, method)(*args, **kwargs)
+        except (RepositoryNotFoundError, RevisionNotFoundError):
+            raise  # the caller knows what a missing repo or branch means
         except OfflineModeIsEnabled as err:
             raise PublishError(f"cannot {what}: Hugging Face offline mode is on (HF_HUB_OFFLINE=1)."
                                " Unset HF_HUB_OFFLINE to publish to the Hub, or publish to a "
                                "folder with --to.") from err
+        except HfHubHTTPError as err:
+            status = getattr(getattr(err, "response", None), "status_code", None)
+            if status in (401, 403):
+                raise PublishError(f"cannot {what}: the Hub refused the token (HTTP {status}); "
+                                   "check HF_TOKEN or `hf auth login`, and that the token may "
+                                   "write to this repo") from err
+            raise PublishError(f"cannot {what}: {err}. {RESUME_HINT}") from err
+        except OSError as err:  # connection reset, timeout, DNS: the network, not the data
+            raise PublishError(f"cannot {what}: {err!r}. {RESUME_HINT}") from err
 
     def head_commit(self, repo_id: str, revision: str | None) -> str | None:
         """The commit sha of `revision`, or None when the repo does not exist."""

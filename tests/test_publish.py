@@ -4,6 +4,7 @@ Hugging Face offline mode on, so any call that escapes the fake fails loudly."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -79,18 +80,23 @@ class FakeHub:
         self.fail_commit = False
 
     def install(self, monkeypatch):
+        """Replaces the five HfApi methods; each call is first bound to the real method's
+        signature, so a call the real API would reject fails here too."""
         hub = self
-        monkeypatch.setattr(huggingface_hub.HfApi, "repo_info",
-                            lambda api, repo_id, **kw: hub.repo_info(repo_id, **kw))
-        monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree",
-                            lambda api, repo_id, path_in_repo=None, **kw: hub.list_repo_tree())
-        monkeypatch.setattr(huggingface_hub.HfApi, "create_commit",
-                            lambda api, repo_id, operations, **kw: hub.create_commit(operations,
-                                                                                     **kw))
-        monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
-                            lambda api, **kw: hub.upload_folder(**kw))
-        monkeypatch.setattr(huggingface_hub.HfApi, "create_repo",
-                            lambda api, repo_id, **kw: hub.create_repo(**kw))
+        handlers = {
+            "repo_info": lambda a: hub.repo_info(a["repo_id"], repo_type=a.get("repo_type")),
+            "list_repo_tree": lambda a: hub.list_repo_tree(a),
+            "create_commit": lambda a: hub.create_commit(
+                a["operations"], commit_message=a["commit_message"],
+                repo_type=a.get("repo_type"), parent_commit=a.get("parent_commit")),
+            "upload_folder": lambda a: hub.upload_folder(
+                repo_id=a["repo_id"], folder_path=a["folder_path"],
+                commit_message=a.get("commit_message"), repo_type=a.get("repo_type")),
+            "create_repo": lambda a: hub.create_repo(repo_type=a.get("repo_type"),
+                                                     private=a.get("private")),
+        }
+        for name, handler in handlers.items():
+            monkeypatch.setattr(huggingface_hub.HfApi, name, bound_to(name, handler))
         return self
 
     @property
@@ -108,7 +114,8 @@ class FakeHub:
         self.exists = True
         self.commits.append({"kind": "create_repo", "private": private})
 
-    def list_repo_tree(self):
+    def list_repo_tree(self, args):
+        assert args.get("recursive") is True and args.get("repo_type") == "dataset"
         entries = [RepoFolder(path="reports", oid="f" * 40)]
         for path, data in sorted(self.files.items()):
             blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
@@ -150,6 +157,17 @@ class FakeHub:
             with open(os.path.join(folder_path, name), "rb") as handle:
                 self.files[name] = handle.read()
             self.head += 1  # upload_folder commits in several parts
+
+
+def bound_to(name: str, handler):
+    """A stand-in for `HfApi.<name>` that checks the arguments against the real signature."""
+    signature = inspect.signature(inspect.unwrap(getattr(huggingface_hub.HfApi, name)))
+
+    def fake(api, *args, **kwargs):
+        arguments = signature.bind(api, *args, **kwargs).arguments
+        return handler(arguments)
+
+    return fake
 
 
 def not_found(repo_id: str):
@@ -374,8 +392,8 @@ def test_resume_after_a_failed_multi_commit_upload(built, monkeypatch, capsys):
     hub = FakeHub().install(monkeypatch)
     hub.fail_upload_after = 3
     args = [built, "--repo_id", REPO, "--max_commit_files", "2"]
-    with pytest.raises(ConnectionError):
-        main(args)
+    assert main(args) == 2
+    assert "Re-run the same command to resume" in capsys.readouterr().err
     [first] = hub.commits
     assert first["kind"] == "upload_folder" and "README.md" not in first["files"]
     assert "README.md" not in hub.files  # the card is committed last, after every shard
@@ -396,11 +414,11 @@ def test_resume_after_a_failed_multi_commit_upload(built, monkeypatch, capsys):
     assert len(hub.commits) == 3 and "nothing to do" in capsys.readouterr().out
 
 
-def test_resume_after_a_failed_atomic_commit(built, monkeypatch):
+def test_resume_after_a_failed_atomic_commit(built, monkeypatch, capsys):
     hub = FakeHub().install(monkeypatch)
     hub.fail_commit = True
-    with pytest.raises(ConnectionError):
-        main([built, "--repo_id", REPO])
+    assert main([built, "--repo_id", REPO]) == 2
+    assert "Re-run the same command to resume" in capsys.readouterr().err
     assert set(hub.files) == {".gitattributes"}  # atomic: nothing landed
     hub.fail_commit = False
     assert main([built, "--repo_id", REPO]) == 0
@@ -443,3 +461,17 @@ def test_planned_files_carry_their_size_and_digests(built, tmp_path):
         data = open(os.path.join(built, f.path), "rb").read()
         assert f.size == len(data) and f.sha256 == hashlib.sha256(data).hexdigest()
         assert f.git_sha1 == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_publish_to_any_fsspec_url(built, capsys):
+    import fsspec
+
+    url = f"memory://publish-test-{os.getpid()}/proactivebench"
+    assert main([built, "--to", url]) == 0
+    fs, root = fsspec.core.url_to_fs(url)
+    published = {os.path.relpath(p, root): fs.cat_file(p) for p in fs.find(root)}
+    assert published == expected_repo(built)
+    capsys.readouterr()
+    assert main([built, "--to", url, "--dry-run"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    fs.rm(root, recursive=True)

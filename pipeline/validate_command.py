@@ -38,13 +38,14 @@ import yaml
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.images import BadImage, check_image
-from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
 from proactivebench_builder.transforms import vocabulary
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 
-TEST, UNFILTERED = "test", "unfiltered"
-SHARD_RE = re.compile(r"^test-(\d{5})-of-(\d{5})\.parquet$")
+TEST, UNFILTERED, TRAIN = "test", "unfiltered", "train"
+TRAIN_DIR, TRAIN_CONFIG = "data", "default"  # DIR/data/train-*.parquet, the card's `default`
+SHARD_RE = re.compile(r"^(test|train)-(\d{5})-of-(\d{5})\.parquet$")
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
 
@@ -64,12 +65,17 @@ def shard_folders(root: str) -> dict[tuple[str, str], list[str]]:
     for split, base in ((TEST, root), (UNFILTERED, fileio.join(root, UNFILTERED))):
         for name in fileio.list_names(base):
             folder = fileio.join(base, name)
-            if not fileio.is_dir(folder):
+            if (split == TEST and name == TRAIN_DIR) or not fileio.is_dir(folder):
                 continue
             shards = [n for n in fileio.list_names(folder) if n.endswith(".parquet")]
             if shards:
                 found[(split, name)] = shards
     return found
+
+
+def train_shards(root: str) -> list[str]:
+    """Shard names of the train split (DIR/data/train-*.parquet), when the build wrote one."""
+    return [n for n in fileio.list_names(fileio.join(root, TRAIN_DIR)) if n.endswith(".parquet")]
 
 
 def read_json(url: str):
@@ -131,13 +137,15 @@ def card_configs(root: str) -> tuple[list[dict] | None, list[str]]:
     return configs, []
 
 
-def check_card(root: str, folders: dict) -> list[str]:
-    """The card's configs name exactly the config folders, and each data_files glob matches."""
+def check_card(root: str, folders: dict, train: list[str] = ()) -> list[str]:
+    """The card's configs name exactly the config folders (plus `default` for the train
+    split), and each data_files glob matches at least one shard."""
     configs, problems = card_configs(root)
     if configs is None:
         return problems
     on_disk = {f"{c}/{n}" if s == TEST else f"{UNFILTERED}/{c}/{n}"
                for (s, c), names in folders.items() for n in names}
+    on_disk |= {f"{TRAIN_DIR}/{n}" for n in train}
     named = set()
     for entry in configs:
         name = entry.get("config_name")
@@ -147,7 +155,7 @@ def check_card(root: str, folders: dict) -> list[str]:
             if not any(fnmatch.fnmatch(p, pattern) for p in on_disk):
                 problems.append(f"README.md: config {name!r} split {files.get('split')!r}: "
                                 f"no shard matches {pattern!r}")
-    folder_configs = {c for _, c in folders}
+    folder_configs = {c for _, c in folders} | ({TRAIN_CONFIG} if train else set())
     for config in sorted(folder_configs - named):
         problems.append(f"README.md: config folder {config!r} is not in the card's configs")
     for config in sorted(n for n in named - folder_configs if n):
@@ -157,10 +165,11 @@ def check_card(root: str, folders: dict) -> list[str]:
 
 def check_shard_names(split: str, config: str, names: list[str]) -> list[str]:
     where = _folder_label(split, config)
-    parsed = [SHARD_RE.match(n) for n in names]
-    problems = [f"{where}/{n}: not a shard name (test-IIIII-of-NNNNN.parquet)"
+    prefix = TRAIN if split == TRAIN else TEST
+    parsed = [m if m and m.group(1) == prefix else None for m in map(SHARD_RE.match, names)]
+    problems = [f"{where}/{n}: not a shard name ({prefix}-IIIII-of-NNNNN.parquet)"
                 for n, m in zip(names, parsed) if not m]
-    numbers = sorted((int(m.group(1)), int(m.group(2))) for m in parsed if m)
+    numbers = sorted((int(m.group(2)), int(m.group(3))) for m in parsed if m)
     counts = {count for _, count in numbers}
     if len(counts) > 1:
         problems.append(f"{where}: shards disagree on the shard count: {sorted(counts)} "
@@ -171,13 +180,13 @@ def check_shard_names(split: str, config: str, names: list[str]) -> list[str]:
 
 
 def _folder_label(split: str, config: str) -> str:
-    return config if split == TEST else f"{UNFILTERED}/{config}"
+    return {TEST: config, TRAIN: TRAIN_DIR}.get(split, f"{UNFILTERED}/{config}")
 
 
 # ---- one shard ----------------------------------------------------------------------------
 
-def schema_problems(actual, where: str) -> list[str]:
-    expected = arrow_schema()
+def schema_problems(actual, where: str, expected=None) -> list[str]:
+    expected = expected or arrow_schema()
     problems = []
     missing = [n for n in expected.names if n not in actual.names]
     extra = [n for n in actual.names if n not in expected.names]
@@ -433,6 +442,32 @@ def crop_box(row: dict, h_step: float, v_step: float) -> tuple:
     return (left, top, right, bottom)
 
 
+def train_row_problems(row: dict) -> list[str]:
+    """A train example: one decodable image, the ground truth and proactive actions among its
+    options, a known config."""
+    options = row.get("options") or []
+    problems = []
+    if not options or any(not (o or "").strip() for o in options):
+        problems.append(f"options missing or empty: {options}")
+    if row.get("ground_truth") not in options:
+        problems.append(f"ground_truth {row.get('ground_truth')!r} not in options")
+    stray = [a for a in row.get("proactive_actions") or [] if a not in options]
+    if stray:
+        problems.append(f"proactive_actions {stray} not in options")
+    if row.get("config") not in STEP_RULES:
+        problems.append(f"unknown config {row.get('config')!r}")
+    images = row.get("images")
+    if images is not None:
+        if not images:
+            problems.append("no image")
+        for position, image in enumerate(images):
+            try:
+                check_image((image or {}).get("bytes") or b"", (image or {}).get("path") or "")
+            except BadImage as err:
+                problems.append(f"image {position} ({(image or {}).get('path')}): {err}")
+    return problems
+
+
 STEP_RULES = {ROD: steps_circular, VSOD: steps_circular, QD: steps_forward, MVPN: steps_mvpn,
               INC: steps_imagenet_c, CIT: steps_changeit, COCO: steps_coco}
 
@@ -469,15 +504,59 @@ class FolderValidator:
         folders = shard_folders(self.root)
         if not folders:
             self.problems.append("no Parquet shards found (expected DIR/<config>/test-*.parquet)")
-        self.problems += check_card(self.root, folders)
+        train = train_shards(self.root)
+        self.problems += check_card(self.root, folders, train)
         for (split, config), names in sorted(folders.items()):
             self.problems += check_shard_names(split, config, names)
             for name in names:
                 self.check_shard(split, config, name)
         self.check_test_within_pool(folders)
+        if train:
+            self.problems += check_shard_names(TRAIN, TRAIN_CONFIG, train)
+            for name in train:
+                self.check_train_shard(name)
         if report is not None:
             self.problems += check_report_counts(report, self.rows, folders)
+            self.problems += self.check_train_counts(report, train)
         return self.problems
+
+    def check_train_shard(self, name: str) -> None:
+        where = f"{TRAIN_DIR}/{name}"
+        url = fileio.join(self.root, TRAIN_DIR, name)
+        try:
+            schema = read_schema(url)
+        except Exception as err:  # any unreadable file is one problem, not a crash
+            self.problems.append(f"{where}: unreadable Parquet: {type(err).__name__}: {err}")
+            return
+        expected = train_arrow_schema()
+        self.problems += schema_problems(schema, where, expected)
+        if any(n not in schema.names for n in expected.names):
+            return
+        columns = [c for c in expected.names if self.decode_frames or c != "images"]
+        seen = self.ids_by_key[(TRAIN, TRAIN_CONFIG)]
+        for row in iter_rows(url, columns):
+            self.rows[(TRAIN, TRAIN_CONFIG)] += 1
+            key = row.get("key")
+            for problem in train_row_problems(row):
+                self.problems.append(f"{where}: key {key!r}: {problem}")
+            if (row.get("config"), key) in seen:
+                self.problems.append(f"{where}: key {key!r} appears twice in the train split")
+            seen[(row.get("config"), key)] = row.get("frame_id")
+            if key in self.ids_by_key.get((UNFILTERED, row.get("config")), {}):
+                self.problems.append(f"{where}: key {key!r} is also in the {row.get('config')} "
+                                     "test pool (train and test must be disjoint)")
+
+    def check_train_counts(self, report: dict, train: list[str]) -> list[str]:
+        claimed = report.get("train") or {}
+        actual = self.rows.get((TRAIN, TRAIN_CONFIG), 0)
+        problems = []
+        if claimed.get("rows", 0) != actual:
+            problems.append(f"reports/build.json: {claimed.get('rows', 0)} train rows reported, "
+                            f"{actual} in the shards")
+        if claimed.get("shards", 0) != len(train):
+            problems.append(f"reports/build.json: {claimed.get('shards', 0)} train shards "
+                            f"reported, {len(train)} on disk")
+        return problems
 
     def check_shard(self, split: str, config: str, name: str) -> None:
         where = f"{_folder_label(split, config)}/{name}"

@@ -202,3 +202,35 @@ def test_leftover_shard_is_reported(broken):
     problems = validate_folder(broken)
     assert_reported(problems, "shards disagree on the shard count")
     assert_reported(problems, "appears twice")
+
+
+def train_shard(root: str) -> str:
+    shards = sorted(glob.glob(os.path.join(root, "data", "train-*.parquet")))
+    if not shards:
+        pytest.skip("this build has no train split")
+    return shards[0]
+
+
+def test_train_ground_truth_outside_options_is_reported(broken):
+    from proactivebench_builder.pipeline.records import train_arrow_schema
+
+    rewrite(train_shard(broken), set_first("ground_truth", "Nope."), train_arrow_schema())
+    assert_reported(validate_folder(broken), "data/train-", "ground_truth 'Nope.' not in options")
+
+
+def test_train_key_in_the_test_pool_is_reported(broken):
+    from proactivebench_builder.pipeline.records import train_arrow_schema
+
+    pool = pq.read_table(first_shard(broken, "QuickDraw"), columns=["key"]).column("key")[0]
+
+    def change(rows):
+        rows[0].update(config="QuickDraw", key=pool.as_py())
+    rewrite(train_shard(broken), change, train_arrow_schema())
+    assert_reported(validate_folder(broken), "also in the QuickDraw test pool")
+
+
+def test_train_shard_with_the_test_schema_is_reported(broken):
+    path = train_shard(broken)
+    shutil.copy(first_shard(broken, "QuickDraw"), path)
+    problems = validate_folder(broken)
+    assert_reported(problems, "data/train-", "missing columns")

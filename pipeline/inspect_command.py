@@ -337,7 +337,8 @@ def page(title: str, summary: str, sections: list[dict], plot_links: list[str]) 
 
 def entry_row(entry: dict) -> str:
     esc, row = html.escape, entry["row"]
-    options = "".join(f"<li>{esc(o)}</li>" for o in (row["options"] or []) + (row["categories"] or []))
+    shown = (row["options"] or []) + (row["categories"] or [])
+    options = "".join(f"<li>{esc(o)}</li>" for o in shown)
     link = quote(entry["sheet"])
     return (f'<tr><td><a href="{link}"><img class="thumb" src="{link}" alt="sheet"></a></td>'
             f"<td>{row['id']}<br><code>{esc(row['key'])}</code></td>"

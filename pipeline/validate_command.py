@@ -388,7 +388,8 @@ def steps_coco(row: dict) -> list[str]:
     return problems
 
 
-COCO_MOVE_OPTIONS = {"left": "Move the camera to the left.", "right": "Move the camera to the right.",
+COCO_MOVE_OPTIONS = {"left": "Move the camera to the left.",
+                     "right": "Move the camera to the right.",
                      "up": "Move the camera up.", "down": "Move the camera down.",
                      "zoom": "Move farther from the object."}
 

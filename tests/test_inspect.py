@@ -29,8 +29,8 @@ def inspected(built_miniature, tmp_path_factory) -> str:
 
 
 def configs_of(built: str) -> list[str]:
-    return sorted(os.path.basename(os.path.dirname(p))
-                  for p in glob.glob(os.path.join(built, "unfiltered", "*", "test-00000-*.parquet")))
+    first_shards = glob.glob(os.path.join(built, "unfiltered", "*", "test-00000-*.parquet"))
+    return sorted(os.path.basename(os.path.dirname(p)) for p in first_shards)
 
 
 def sheet_paths(root: str) -> list[str]:

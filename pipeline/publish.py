@@ -20,6 +20,13 @@ after it; a folder larger than `archive_max_bytes` (default 5 GB, the Hub's olde
 recommendation) is split into `<folder>-00001-of-0000N.zip` parts in sorted member order. Images
 are already compressed, so members are stored, not deflated (faster and byte-stable).
 
+Before anything is planned the folder is checked (`check_built_folder`): the card has a
+`configs:` block, every split's globs match shards that open with pyarrow (test and unfiltered
+with every record column, one schema per split), their row counts are those of
+`reports/build.json`, and no Parquet file is unreachable from the card. When
+`pipeline/validate_command.py` provides `validate_folder`, its row-level checks run as well.
+Token and repository are checked next, before any archive is packed.
+
 How it is published:
 
 - Hub: a file whose bytes are already on the remote (same LFS sha256, or same git blob id for
@@ -69,9 +76,7 @@ ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest timestamp a zip can hold
 DEFAULT_MAX_COMMIT_BYTES = 5 * 10 ** 9
 DEFAULT_MAX_COMMIT_FILES = 100  # the Hub's recommendation for one commit
 DEFAULT_ARCHIVE_MAX_BYTES = 5 * 10 ** 9
-
-
-RESUME_HINT = ("Re-run the same command to resume: files already on the target are skipped.")
+RESUME_HINT = "Re-run the same command to resume: files already on the target are skipped."
 
 
 class PublishError(RuntimeError):

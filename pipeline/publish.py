@@ -654,7 +654,9 @@ class FsspecTarget:
     def prepare(self, dry_run: bool) -> list[str]:
         if self.fs.exists(self.root) and not self.fs.isdir(self.root):
             raise PublishError(f"{self.url} exists and is not a folder")
-        return [] if self.fs.exists(self.root) else [f"{self.url} does not exist: it will be created"]
+        if self.fs.exists(self.root):
+            return []
+        return [f"{self.url} does not exist: it will be created"]
 
     def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
         """Sizes of every file; sha256 only where a planned file of the same size could match

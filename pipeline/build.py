@@ -76,7 +76,8 @@ class BuildSample(beam.DoFn):
             row = scenario.build_sample(key, value["item"])
             check_row(row)
         except BadItem as err:
-            yield results.dead_letter(name, err.path or key, err.reason, key)
+            path = scenario.relative(err.path) if err.path else key
+            yield results.dead_letter(name, path, err.reason, key)
             return
         except ValueError as err:
             yield results.dead_letter(name, key, f"inconsistent sample: {err}", key)

@@ -19,6 +19,7 @@ from proactivebench_builder.pipeline.import_upstream import fingerprint, present
 from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
+from proactivebench_builder.pipeline.plots import write_build_plots
 from proactivebench_builder.pipeline.reports import REPORTS_DIR
 from proactivebench_builder.transforms import load_scenarios
 
@@ -147,12 +148,19 @@ def run_build(argv: list[str]) -> dict:
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
     from proactivebench_builder.filters.inputs import selection_inputs
+    from proactivebench_builder.pipeline.validate_command import validate_folder
 
     with beam.Pipeline(options=options) as pipeline:
         _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     print(summary_table(report["scenarios"]))
+    write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
+    if opts.final_validation != "off":
+        problems = validate_folder(params["output"], decode_frames=opts.final_validation == "full")
+        if problems:
+            raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
+                              f"places, e.g.: " + "; ".join(problems[:5]))
     return report
 
 

@@ -36,7 +36,35 @@ def configs_block(configs: list[str], extra_configs: list[dict] | None = None) -
     return entries
 
 
-def front_matter(configs: list[str], licenses: list[str], extra_configs=None) -> str:
+def dataset_info(files: list[dict]) -> list[dict]:
+    """The `dataset_info:` block: per config, split sizes and a content fingerprint (sha256 over
+    its shards). Besides informing the Hub viewer, it matters for local loading: `datasets`
+    keys its cache of a folder with a `configs:` block on this YAML, not on the files, so
+    without sizes and a fingerprint a rebuilt folder would load the previous build's rows."""
+    import hashlib
+
+    by_config: dict[str, list[dict]] = {}
+    for f in files:
+        by_config.setdefault(f["config"], []).append(f)
+    infos = []
+    for config, parts in sorted(by_config.items()):
+        digest = hashlib.sha256("".join(f"{f['path']} {f['sha256']}\n" for f in sorted(
+            parts, key=lambda f: f["path"])).encode()).hexdigest()
+        splits = {}
+        for f in parts:
+            entry = splits.setdefault(f["split"], {"name": f["split"], "num_bytes": 0,
+                                                   "num_examples": 0})
+            entry["num_bytes"] += f["bytes"]
+            entry["num_examples"] += f["rows"]
+        size = sum(f["bytes"] for f in parts)
+        infos.append({"config_name": config, "description": f"content sha256:{digest}",
+                      "splits": [splits[k] for k in sorted(splits)],
+                      "download_size": size, "dataset_size": size})
+    return infos
+
+
+def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
+                 files=None) -> str:
     meta = {
         "pretty_name": "ProactiveBench (rebuilt)",
         "license": "other",
@@ -46,15 +74,18 @@ def front_matter(configs: list[str], licenses: list[str], extra_configs=None) ->
         "tags": ["proactive", "multimodal", "benchmark"],
         "configs": configs_block(configs, extra_configs),
     }
+    if files:
+        meta["dataset_info"] = dataset_info(files)
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def render(report: dict, filters: dict, params: dict, extra_configs=None, train=None) -> str:
+def render(report: dict, filters: dict, params: dict, extra_configs=None, train=None,
+           files=None) -> str:
     names = [n for n in sorted(report) if report[n]["config"]]
     manifests = {n: load_manifest(n) for n in names}
     configs = [manifests[n]["config_name"] for n in names]
     licenses = sorted({f"{manifests[n]['dataset']}: {manifests[n]['license']}" for n in names})
-    lines = [front_matter(configs, licenses, extra_configs), "# ProactiveBench (rebuilt)", "",
+    lines = [front_matter(configs, licenses, extra_configs, files), "# ProactiveBench (rebuilt)", "",
              ABOUT, "", "## Configs and sizes", "",
              "| config | unfiltered pool | test (after filtering) | filter |",
              "|---|---|---|---|"]

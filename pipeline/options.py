@@ -56,6 +56,12 @@ class BuildOptions(PipelineOptions):
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "
                  "items (default: %(default)s).")
         parser.add_argument(
+            "--final_validation", choices=("full", "fast", "off"), default="fast",
+            help="Check the written folder against the record contract at the end (as the "
+                 "`validate` command does): 'full' also decodes every frame (frames were already "
+                 "checked when read), 'fast' skips that, 'off' skips the check (default: "
+                 "%(default)s).")
+        parser.add_argument(
             "--no_train", action="store_true",
             help="Skip the train split (data/train-*.parquet, built from the scenarios that have "
                  "one: QuickDraw and COCO).")

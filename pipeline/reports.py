@@ -95,7 +95,10 @@ class WriteReports(beam.DoFn):
         filters = {v["scenario"]: v["filter"] for v in values if v["kind"] == "pool"}
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "filter.json"),
                                   _json({"settings": p["selection"], "scenarios": filters}))
-        build = {"scenarios": report, "stamp": p.get("stamp", {})}
+        files = sorted(({"path": _relative(s["path"], output), "rows": s["rows"],
+                         "bytes": s["bytes"], "sha256": s["sha256"], "config": s["config"],
+                         "split": s["split"]} for s in shards), key=lambda f: f["path"])
+        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files}
         extra_configs = []
         if p.get("train_sources"):
             from proactivebench_builder.pipeline.train import summarize_train
@@ -105,7 +108,7 @@ class WriteReports(beam.DoFn):
                 extra_configs.append({"config_name": "default", "data_files": [
                     {"split": "train", "path": "data/train-*.parquet"}]})
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "build.json"), _json(build))
-        card = dataset_card.render(report, filters, p, extra_configs, build.get("train"))
+        card = dataset_card.render(report, filters, p, extra_configs, build.get("train"), files)
         fileio.write_bytes_atomic(fileio.join(output, "README.md"), card.encode("utf-8"))
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         yield build
@@ -122,6 +125,10 @@ class WriteReports(beam.DoFn):
                 if name.endswith(".parquet") and url not in written:
                     LOG.info("removing stale shard %s", url)
                     fileio.remove(url)
+
+
+def _relative(url: str, output: str) -> str:
+    return url[len(output.rstrip("/")) + 1:] if url.startswith(output.rstrip("/") + "/") else url
 
 
 def _json(obj) -> bytes:

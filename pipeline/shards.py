@@ -71,6 +71,8 @@ class AssignIdsAndShards(beam.DoFn):
             for row in split_rows:
                 index, count = plan[row["key"]]
                 yield {"kind": "shard_row", "shard": (split, name, index, count), "row": row}
+            if not split_rows:  # an empty split still gets its (empty) shard, as the card lists it
+                yield {"kind": "shard_row", "shard": (split, name, 0, 1), "row": None}
 
 
 class WriteShard(beam.DoFn):
@@ -86,7 +88,7 @@ class WriteShard(beam.DoFn):
 
         (split, name, index, count), rows = element
         scenario = get_scenario(name)(self.params["seed"], self.params["sources"][name])
-        rows = sorted(rows, key=lambda r: r["id"])
+        rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.params.get("export_upstream", True)
         output = self.params["output"]
 
@@ -103,11 +105,11 @@ class WriteShard(beam.DoFn):
 
         url = fileio.join(split_folder(output, split, scenario.config_name),
                           shard_name("test", index, count))
-        n_rows, n_bytes = write_parquet(url, materialized(), arrow_schema(),
-                                        int(scenario.params.get("rows_per_row_group", 64)))
-        LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, n_rows, n_bytes)
-        yield {"kind": "shard", "scenario": name, "config": scenario.config_name, "split": split,
-               "path": url, "rows": n_rows, "bytes": n_bytes}
+        written = write_parquet(url, materialized(), arrow_schema(),
+                                int(scenario.params.get("rows_per_row_group", 64)))
+        LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
+        yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
+                   split=split, path=url)
         if export:
             for row in rows:
                 yield {"kind": "upstream_line", "config": scenario.config_name, "id": row["id"],

@@ -112,11 +112,10 @@ class WriteTrainShard(beam.DoFn):
                 yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}])
 
         url = fileio.join(self.params["output"], TRAIN_DIR, shard_name("train", index, count))
-        n_rows, n_bytes = write_parquet(url, rows(), train_arrow_schema(), 200)
-        LOG.info("train: wrote %s (%d rows)", url, n_rows)
-        yield {"kind": "shard", "scenario": "train", "config": "default", "split": "train",
-               "path": url, "rows": n_rows, "bytes": n_bytes,
-               "mix": _mix(v["row"] for v in values)}
+        written = write_parquet(url, rows(), train_arrow_schema(), 200)
+        LOG.info("train: wrote %s (%d rows)", url, written["rows"])
+        yield dict(written, kind="shard", scenario="train", config="default", split="train",
+                   path=url, mix=_mix(v["row"] for v in values))
 
 
 def _mix(rows) -> dict:

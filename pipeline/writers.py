@@ -7,6 +7,7 @@ numbered without gaps; every file is written under a temporary name and renamed 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pyarrow as pa
@@ -66,9 +67,10 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return paths
 
 
-def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) -> tuple[int, int]:
+def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) -> dict:
     """Write `rows` (an iterable of dicts, already in order) to `url` atomically, streaming a
-    row group at a time so memory holds one row group. Returns (row count, byte size)."""
+    row group at a time so memory holds one row group. Returns the row count, byte size and
+    sha256 of the file (the dataset card and the publish plan name shards by content)."""
     compression, dictionary = _column_options(schema)
     fs, path = fileio.filesystem(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -94,7 +96,16 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    return count, fs.size(path)
+    return {"rows": count, "bytes": fs.size(path), "sha256": file_sha256(url)}
+
+
+def file_sha256(url: str) -> str:
+    fs, path = fileio.filesystem(url)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 assert set(COLUMNS) >= {"id", "key", "frames"}

@@ -15,10 +15,19 @@ from proactivebench_builder.transforms import load_scenarios
 RUNNER = "--runner=FnApiRunner"
 
 
+def pytest_configure(config):
+    """`datasets` caches a loaded local folder under a name that can survive a change of the
+    files (seen across test sessions), so every session starts from an empty cache, and every
+    test gets its own (below); module-scoped fixtures use the session's."""
+    import tempfile
+
+    import datasets
+
+    datasets.config.HF_DATASETS_CACHE = tempfile.mkdtemp(prefix="hf_datasets_cache_")
+
+
 @pytest.fixture(autouse=True)
 def fresh_datasets_cache(tmp_path, monkeypatch):
-    """`datasets` caches a loaded local folder under a name that does not change when the files
-    do, so two tests loading different builds could read each other's rows: one cache per test."""
     import datasets
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))

@@ -70,3 +70,27 @@ def test_build_report_accounts_for_every_raw_item(built_miniature):
         assert entry["rows"]["unfiltered"] == entry["samples"]
         assert entry["rows"]["test"] == entry["kept"]
     assert report["stamp"]["manifests"] and "code_version" in report["stamp"]
+
+
+def test_a_rebuilt_folder_loads_the_new_rows(tmp_path, miniature_root):
+    """`datasets` keys its cache of a folder on the card's YAML; the card's `dataset_info` sizes
+    and content fingerprint make a rebuild visible."""
+    from conftest import run
+
+    out, cache = str(tmp_path / "out"), str(tmp_path / "cache")
+    run(out, miniature_root, "quickdraw", "--no_train")
+    first = datasets.load_dataset(out, name="QuickDraw", split="test", cache_dir=cache)
+    run(out, miniature_root, "quickdraw", "--no_train", "--seed=7")
+    second = datasets.load_dataset(out, name="QuickDraw", split="test", cache_dir=cache)
+    assert first["prompt"] != second["prompt"]
+
+
+def test_build_report_lists_every_shard_with_its_checksum(built_miniature):
+    import hashlib
+
+    files = json.load(open(os.path.join(built_miniature, "reports", "build.json")))["files"]
+    assert files
+    for entry in files:
+        data = open(os.path.join(built_miniature, entry["path"]), "rb").read()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+        assert len(data) == entry["bytes"]

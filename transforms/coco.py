@@ -70,8 +70,10 @@ the answer by the sample's seed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
+import logging
 import math
 import posixpath
 import random
@@ -79,9 +81,15 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from PIL import Image
+
 from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.seeding import hash_rank
+from proactivebench_builder.runtime.environments import coco_crop_box
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
 from proactivebench_builder.transforms.vocabulary import format_category
+
+LOG = logging.getLogger(__name__)
 
 QUESTIONS = (
     "Classify the visual content of this image.",
@@ -457,6 +465,7 @@ def shard_of(number: int, shards: int) -> int:
 class Coco(Scenario):
     name = "coco"
     config_name = "coco2014"
+    has_train_split = True
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)
@@ -642,6 +651,77 @@ class Coco(Scenario):
     def frame_path(self, row: dict, frame_id: int) -> str:
         """The template is a literal path (no slot): upstream opens it verbatim."""
         return row["image_template"]
+
+    # -- the train split (GRPO) ---------------------------------------------------------------
+
+    def for_split(self, split: str) -> "Coco":
+        """The same scenario reading another COCO split (train2014 for the train split)."""
+        other = copy.copy(self)
+        other.params = dict(self.params, split=split)
+        return other
+
+    def list_train_units(self) -> list[str]:
+        train = self.for_split("train")
+        if not fileio.exists(train.annotation_url):
+            LOG.warning("coco: no %s, so the train split has no COCO examples",
+                        train.annotation_url)
+            return []
+        return train.list_units()
+
+    def read_train_unit(self, unit: str):
+        """Single-object train2014 images, at most `train_examples / read_shards` per unit,
+        picked by hash rank (the train split's size is set in the manifest)."""
+        train = self.for_split("train")
+        quota = math.ceil(int(self.params["train_examples"]) / int(self.params["read_shards"]))
+        candidates = []
+        for value in train.read_unit(unit):
+            if value["kind"] == "candidate":
+                candidates.append(value)
+            else:
+                yield value
+        candidates.sort(key=lambda v: hash_rank(self.seed, self.name, "train", v["key"]))
+        if len(candidates) > quota:
+            yield self.count("excluded:not_sampled", len(candidates) - quota)
+        yield from sorted(candidates[:quota], key=lambda v: v["key"])
+
+    def build_train_example(self, key: str, item: dict) -> dict:
+        """The first (tight, low-IoU) view of a crop plan, where the valid replies are the camera
+        moves, or the whole image, where the valid reply is the class; mixed by
+        `train_ambiguous_fraction`."""
+        train = self.for_split("train")
+        url = train.path(train.image_folder, item["file_name"])
+        train.validate_file_frame(url)
+        plan = train.crop_plan(key, item)
+        ambiguous = self.rng(key, "train_mix").random() < float(
+            self.params["train_ambiguous_fraction"])
+        moves = proactive_options(plan.direction)
+        if ambiguous:
+            view = {"crop": plan.crop, "direction": plan.direction}
+            # turn 0 of the environment: the crop extended by one step
+            box = [float(v) for v in coco_crop_box(view, plan.horizontal_step,
+                                                   plan.vertical_step)]
+            image_ref = {"kind": "view", "url": url, "box": box}
+        else:
+            image_ref = {"kind": "file", "url": url}
+        category = self.category_table[item["category_id"]]["name"]
+        return self.train_example(
+            key, question=self.pick_prompt(key, QUESTIONS),
+            options=self.build_options(key, moves),
+            categories=self.pick_categories(key, category, self.distractor_pool(item)),
+            answer=format_category(category), proactive_actions=moves if ambiguous else [],
+            ambiguous=ambiguous, frame_id=0, image_ref=image_ref,
+            files=[f"{train.image_folder}/{item['file_name']}"])
+
+    def load_frame(self, ref: dict) -> bytes:
+        """Source files pass through; a train view is the crop the environment would show,
+        re-encoded as JPEG (the only COCO frames whose pixels change)."""
+        if ref["kind"] != "view":
+            return super().load_frame(ref)
+        with Image.open(io.BytesIO(fileio.read_bytes(ref["url"]))) as image:
+            view = image.convert("RGB").crop(tuple(round(v) for v in ref["box"]))
+            out = io.BytesIO()
+            view.save(out, format="JPEG", quality=int(self.params.get("train_jpeg_quality", 90)))
+        return out.getvalue()
 
     # -- miniature ----------------------------------------------------------------------------
 

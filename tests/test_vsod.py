@@ -48,7 +48,7 @@ def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
 @pytest.fixture(scope="module")
 def rows(built) -> dict[str, dict]:
     output, _ = built
-    table = pq.read_table(os.path.join(output, CONFIG))
+    table = pq.read_table(os.path.join(output, "unfiltered", CONFIG))  # the whole pool
     return {r["key"]: r for r in table.to_pylist()}
 
 
@@ -130,7 +130,9 @@ def test_load_dataset_decodes_every_frame(built):
     datasets = pytest.importorskip("datasets")
     output, _ = built
     ds = datasets.load_dataset(output, name=CONFIG, split="test")
-    assert len(ds) == 4
+    # upstream's loader skips strong_occlusions == False: the weak clip stays in the pool only
+    assert len(ds) == 3 and f"{CONFIG}/seg_0002/speaker" not in ds["key"]
+    assert len(datasets.load_dataset(output, name=CONFIG, split="unfiltered")) == 4
     for row in ds:
         assert len(row["frames"]) == row["num_images"]
         for image in row["frames"]:
@@ -277,7 +279,8 @@ def test_the_build_goes_on_and_accounts(broken):
     assert r["dead_letters"] == len(dead) == 13
     assert r["raw_items"] == r["samples"] + r["dead_letters"] + sum(r["excluded"].values())
     assert r["accounted"] is True
-    keys = {row["key"] for row in pq.read_table(os.path.join(output, CONFIG)).to_pylist()}
+    keys = {row["key"] for row in
+            pq.read_table(os.path.join(output, "unfiltered", CONFIG)).to_pylist()}
     assert f"{CONFIG}/seg_0001/speaker" in keys and len(keys) == 4
 
 

@@ -35,7 +35,7 @@ model calls):
   action), the first frame already informative (`excluded:informative_first_frame`; the sample
   would need no proactive step; switchable), or no step size within the frame cap reaches an
   informative second (`excluded:informative_frame_unreachable`). On the 48 real annotations of
-  apple/avocado/eggs these rules keep 74 of 96 pairs, i.e. ~1,030 of 1,334 on all 667 videos,
+  apple/avocado/eggs these rules keep 75 of 96 pairs, i.e. ~1,040 of 1,334 on all 667 videos,
   close to PB's 1,117 ids.
 
 Question (paper §3.2, App. A.6, Fig. 17; the exact pools are not released):

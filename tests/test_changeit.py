@@ -1,0 +1,433 @@
+"""ChangeIt end to end on its miniature source (pre-extracted frames, mp4 and webm videos), the
+record semantics field by field, the real repository files, determinism, and bad raw items."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+
+import datasets
+import pytest
+from PIL import Image
+
+from conftest import read_jsonl, run, shard_files
+from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms.base import BadItem
+from proactivebench_builder.transforms.changeit import (
+    ACTION_QUESTIONS, LABEL_COLOURS_RGB, MINIATURE_VIDEOS, OBJECT_QUESTIONS, REWIND_OPTION,
+    WAIT_OPTIONS, ChangeIt, Excluded, _expand_runs, parse_annotation, parse_categories_csv,
+    parse_labels_csv, parse_video_list, plan_sequence, video_id_of)
+from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
+
+REAL = "/work/shared/reference/real_samples/changeit"
+CONFIG = "ChangeIt"
+NULL_EXTRAS = ("strong_occlusions", "valid_images", "quality_answer", "direction", "granularity",
+               "horizontal_step", "vertical_step", "crop")
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> str:
+    """Our own copy of the miniature (the shared build folder is other people's)."""
+    root = tmp_path_factory.mktemp("changeit_src")
+    ChangeIt.write_miniature(str(root / "changeit"))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, source) -> tuple[str, dict]:
+    output = str(tmp_path_factory.mktemp("changeit_out") / "out")
+    return output, run(output, source, "changeit")
+
+
+def load_rows(output: str) -> list[dict]:
+    """The test split as `datasets` decodes it. Its own cache folder: `datasets` can serve a
+    cached copy of another output folder with the same base name."""
+    return list(datasets.load_dataset(output, name=CONFIG, split="test",
+                                      cache_dir=os.path.join(output, ".hf_cache")))
+
+
+@pytest.fixture(scope="module")
+def rows(built):
+    return load_rows(built[0])
+
+
+def miniature_labels() -> dict[tuple[str, str], list[int]]:
+    return {(v["category"], v["id"]): _expand_runs(v["runs"]) for v in MINIATURE_VIDEOS}
+
+
+def label_of_colour(image: Image.Image) -> int:
+    """The label whose colour a frame is painted with (the middle band, away from the markers)."""
+    rgb = image.convert("RGB")
+    w, h = rgb.size
+    pixels = [rgb.getpixel((x, y)) for x in range(0, w, 4) for y in range(12, h - 8, 4)]
+    mean = [sum(p[c] for p in pixels) / len(pixels) for c in range(3)]
+    return min(LABEL_COLOURS_RGB, key=lambda label: sum(
+        (mean[c] - LABEL_COLOURS_RGB[label][c]) ** 2 for c in range(3)))
+
+
+# ---- option and question pools ------------------------------------------------------------------
+
+def test_proactive_options_are_one_upstream_action_each():
+    assert action_of(REWIND_OPTION) == "REWIND"
+    assert {action_of(o) for o in WAIT_OPTIONS.values()} == {"FORWARD"}
+    assert all("Wait for the" in o for o in WAIT_OPTIONS.values())  # what upstream hides at the end
+    assert WAIT_OPTIONS["object"] == "Wait for the object to appear."  # the paper's Fig. 17
+    assert len(set(OBJECT_QUESTIONS)) == 15 and len(set(ACTION_QUESTIONS)) == 11  # App. A.6 sizes
+
+
+# ---- the real repository files --------------------------------------------------------------------
+
+def test_real_categories_and_labels_parse_and_match_the_manifest():
+    actions = parse_categories_csv(open(f"{REAL}/categories.csv", encoding="utf-8").read())
+    manifest = load_manifest("changeit")
+    assert len(actions) == 44 and actions["cube"] == "Rubik's Cube Solving"
+    assert set(actions) == set(manifest["objects"])
+    assert [[d, a] for d, a, _ in manifest["categories_table"]] == [[d, a] for d, a in actions.items()]
+    labels = parse_labels_csv(open(f"{REAL}/labels.csv", encoding="utf-8").read())
+    assert labels == {0: "background/noannotation", 1: "state1", 2: "action", 3: "state2"}
+
+
+def test_every_real_annotation_parses_and_is_listed():
+    labels = {0, 1, 2, 3}
+    seen = 0
+    for category in sorted(os.listdir(f"{REAL}/annotations")):
+        listed_text = open(f"{REAL}/videos/{category}.csv", encoding="utf-8").read()
+        assert not listed_text.endswith("\n")  # the real lists have no final newline
+        listed = parse_video_list(listed_text)
+        assert len(listed) == listed_text.count("\n") + 1 and all(len(i) == 11 for i in listed)
+        for name in sorted(os.listdir(f"{REAL}/annotations/{category}")):
+            per_second = parse_annotation(
+                open(f"{REAL}/annotations/{category}/{name}", encoding="utf-8").read(), labels)
+            assert len(per_second) >= 6 and video_id_of(name) in listed
+            seen += 1
+    assert seen == 48 and video_id_of("-IBU2ag0kHU.fps1.csv") == "-IBU2ag0kHU"
+
+
+def test_miniature_repository_files_are_byte_identical_to_the_real_ones(source):
+    for name in ("categories.csv", "labels.csv"):
+        with open(os.path.join(source, "changeit", name), "rb") as mine, \
+                open(os.path.join(REAL, name), "rb") as real:
+            assert mine.read() == real.read()
+    text = open(os.path.join(source, "changeit", "videos", "apple.csv"), encoding="ascii").read()
+    assert not text.endswith("\n") and "-aB3dE5fG7h" in parse_video_list(text)
+    scores = [float(line.split(",")[1]) for line in text.splitlines()]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_miniature_is_deterministic(tmp_path):
+    ChangeIt.write_miniature(str(tmp_path / "a"))
+    ChangeIt.write_miniature(str(tmp_path / "b"))
+    for folder, _, names in os.walk(tmp_path / "a"):
+        for name in names:
+            path = os.path.join(folder, name)
+            twin = os.path.join(tmp_path / "b", os.path.relpath(path, tmp_path / "a"))
+            assert open(path, "rb").read() == open(twin, "rb").read(), path
+
+
+# ---- parsing and planning rules -----------------------------------------------------------------
+
+@pytest.mark.parametrize("text, reason", [
+    ("0,0\n1,0\n3,2\n", "seconds not consecutive"),
+    ("0,0\n0,1\n", "seconds not consecutive"),
+    ("0,0\n1,1.0\n", "non-integer"),
+    ("0,0\n1,x\n", "non-integer"),
+    ("0,0\n1,7\n", "unknown label 7"),
+    ("0,0,1\n", "fields"),
+    ("", "no rows"),
+    ("0,0\n\n1,0\n", "empty line"),
+])
+def test_bad_annotations_are_rejected_with_a_reason(text, reason):
+    with pytest.raises(BadItem, match=reason):
+        parse_annotation(text, {0, 1, 2, 3})
+
+
+def test_annotation_without_final_newline_parses():
+    assert parse_annotation("0,0\n1,2", {0, 1, 2, 3}) == [0, 2]
+
+
+def test_step_shrinks_until_an_informative_second_is_reachable():
+    labels = [0] * 40
+    labels[13] = 2  # one action second, not a multiple of the base step 2
+    plan = plan_sequence(labels, {2}, target_frames=20, max_frames=60,
+                         require_uninformative_first=True)
+    assert plan["step_size"] == 1 and plan["reference_image"] == 13
+    assert plan["frame_ids"] == list(range(40)) and plan["max_steps"] == 40
+    with pytest.raises(Excluded, match="informative_frame_unreachable"):
+        plan_sequence(labels, {2}, target_frames=20, max_frames=20,
+                      require_uninformative_first=True)
+
+
+def test_plan_rules():
+    base = [0] * 5 + [2] * 30 + [3] * 10
+    plan = plan_sequence(base, {2}, 20, 60, True)
+    assert plan["step_size"] == 3 and plan["reference_image"] == 6  # first multiple of 3 in [5, 35)
+    assert plan["num_images"] == 45 and plan["frame_ids"] == list(range(0, 45, 3))
+    with pytest.raises(Excluded, match="no_informative_frame"):
+        plan_sequence([0, 1, 3], {2}, 20, 60, True)
+    with pytest.raises(Excluded, match="informative_first_frame"):
+        plan_sequence([1, 1, 2], {1, 2, 3}, 20, 60, True)
+    assert plan_sequence([1, 1, 2], {1, 2, 3}, 20, 60, False)["reference_image"] == 0
+
+
+# ---- the built records, field by field ----------------------------------------------------------
+
+def test_build_accounts_for_every_raw_item(built):
+    report = built[1]["scenarios"]["changeit"]
+    # 5 annotated videos x 2 question types
+    assert report["raw_items"] == 10 and report["accounted"] and report["dead_letters"] == 0
+    assert report["excluded"] == {"informative_first_frame": 1, "no_informative_frame": 1}
+    assert report["samples"] == 8 and report["config"] == CONFIG
+
+
+def test_one_sample_per_video_and_question_type(rows):
+    keys = sorted(r["key"] for r in rows)
+    assert keys == sorted([
+        "ChangeIt/apple/-aB3dE5fG7h/action", "ChangeIt/apple/-aB3dE5fG7h/object",
+        "ChangeIt/apple/Qw3_rTy8uIo/action",                       # starts with state1: no object
+        "ChangeIt/beer/Qw3_rTy8uIo/action", "ChangeIt/beer/Qw3_rTy8uIo/object",  # same id, 2 cats
+        "ChangeIt/beer/Zx9-cVb7nM1/object",                        # no action annotated
+        "ChangeIt/tie/Lm4kJh8gF2d/action", "ChangeIt/tie/Lm4kJh8gF2d/object"])
+    assert [r["id"] for r in sorted(rows, key=lambda r: r["key"])] == list(range(8))
+    for row in rows:
+        assert row["question_type"] == row["key"].rsplit("/", 1)[1]
+
+
+def test_frame_sequence_and_navigation_fields(rows):
+    truth = miniature_labels()
+    params = load_manifest("changeit")["parameters"]
+    for row in rows:
+        _, category, video_id, qt = row["key"].split("/")
+        labels = truth[(category, video_id)]
+        informative = set(params[f"{qt}_labels"])
+        n, step = row["num_images"], row["step_size"]
+        assert n == len(labels)                                    # one image per annotated second
+        assert row["image_template"] == f"ChangeIt/{category}/{video_id}/{{image}}.jpg"
+        assert row["first_image"] == 0 and labels[0] not in informative
+        assert row["frame_ids"] == list(range(0, n, step))         # exactly the reachable frames
+        assert step == max(1, -(-n // params["target_frames"]))    # ceil(n / 20) here
+        assert row["max_steps"] == len(row["frame_ids"])
+        ref = row["reference_image"]
+        assert ref in row["frame_ids"] and labels[ref] in informative
+        assert all(labels[k] not in informative for k in row["frame_ids"] if k < ref)
+        for extra in NULL_EXTRAS:
+            assert row[extra] is None, extra
+
+
+def test_frames_show_the_annotated_second(rows):
+    """Each frame (pre-extracted or decoded from mp4/webm) is painted with its second's label."""
+    truth = miniature_labels()
+    for row in rows:
+        _, category, video_id, _ = row["key"].split("/")
+        assert len(row["frames"]) == len(row["frame_ids"])
+        for k, image in zip(row["frame_ids"], row["frames"]):
+            assert image.size == (64, 48)
+            assert label_of_colour(image) == truth[(category, video_id)][k], (row["key"], k)
+
+
+def test_question_options_categories_and_answer(rows):
+    manifest = load_manifest("changeit")
+    actions = {d: a for d, a, _ in manifest["categories_table"]}
+    for row in rows:
+        category, qt = row["key"].split("/")[1], row["question_type"]
+        assert row["prompt"] in (OBJECT_QUESTIONS if qt == "object" else ACTION_QUESTIONS)
+        assert len(row["options"]) == 3
+        abstain = [o for o in row["options"] if is_abstain(o)]
+        proactive = [o for o in row["options"] if not is_abstain(o)]
+        assert len(abstain) == 1
+        assert sorted(proactive) == sorted([REWIND_OPTION, WAIT_OPTIONS[qt]])
+        expected = manifest["objects"][category] if qt == "object" else actions[category]
+        assert row["answer"] == expected.capitalize() + "."
+        assert len(set(row["categories"])) == 4 and row["answer"] in row["categories"]
+        assert all(c.endswith(".") and c[0].isupper() for c in row["categories"])
+        files = row["source"]["files"]
+        assert files[0] == f"annotations/{category}/{row['key'].split('/')[2]}.fps1.csv"
+        assert row["source"]["license"].startswith("MIT")
+
+
+def test_oracle_reaches_the_reference_within_max_steps(rows):
+    """Upstream's rules: rewind hidden while id - step < 0, wait hidden when id + step >= n, the
+    episode stops after max_steps model calls (the answer is one of them)."""
+    for row in rows:
+        image, turns, step, n = row["first_image"], 0, row["step_size"], row["num_images"]
+        while image != row["reference_image"]:
+            assert image + step < n, "the wait option must be shown"
+            image += step
+            turns += 1
+            assert image in row["frame_ids"]
+        assert turns + 1 <= row["max_steps"]
+        last = row["frame_ids"][-1]
+        assert last + step >= n and 0 - step < 0  # wait hidden at the end, rewind at the start
+
+
+def test_upstream_export_names_every_frame(built, rows):
+    output = built[0]
+    lines = read_jsonl(os.path.join(output, "upstream", "ChangeIt_preprocessed.jsonl"))
+    assert len(lines) == len(rows)
+    by_key = {r["key"]: r for r in rows}
+    for line in lines:
+        assert line["step_size"] >= 1 and line["max_steps"] >= 2 and "valid_images" not in line
+        row = by_key[line["key"]]
+        for k, image in zip(line["frame_ids"], row["frames"]):
+            path = os.path.join(output, "upstream", line["image_template"].format(image=str(k)))
+            assert os.path.isfile(path), path
+            with open(path, "rb") as handle:
+                assert Image.open(io.BytesIO(handle.read())).size == image.size
+        assert os.path.isfile(os.path.join(output, "upstream", line["image_template"].format(
+            image=str(line["reference_image"]))))
+
+
+def test_pre_extracted_frames_pass_through_unchanged(built, source):
+    output = built[0]
+    path = "ChangeIt/apple/-aB3dE5fG7h/3.jpg"
+    with open(os.path.join(output, "upstream", path), "rb") as exported, \
+            open(os.path.join(source, "changeit", "frames/apple/-aB3dE5fG7h/3.jpg"), "rb") as raw:
+        assert exported.read() == raw.read()
+
+
+# ---- determinism ------------------------------------------------------------------------------
+
+def test_choices_depend_only_on_seed_and_key(source):
+    root = os.path.join(source, "changeit")
+    a, b, other = ChangeIt(0, root), ChangeIt(0, root), ChangeIt(1, root)
+    key = "ChangeIt/apple/-aB3dE5fG7h/object"
+    assert a.pick_prompt(key, OBJECT_QUESTIONS) == b.pick_prompt(key, OBJECT_QUESTIONS)
+    opts = [REWIND_OPTION, WAIT_OPTIONS["object"]]
+    assert a.build_options(key, opts) == b.build_options(key, opts)
+    assert len({tuple(ChangeIt(s, root).build_options(key, opts)) for s in range(12)}) > 1
+    pool = list(load_manifest("changeit")["objects"].values())
+    assert a.pick_categories(key, "apple", pool) == b.pick_categories(key, "apple", pool)
+    assert other.rng(key, "prompt").random() != a.rng(key, "prompt").random()
+
+
+def test_a_video_frame_is_the_same_whatever_was_read_before(source):
+    root = os.path.join(source, "changeit")
+    url = os.path.join(root, "downloads", "tie", "Lm4kJh8gF2d.mp4")
+    forward = ChangeIt(0, root)
+    frames = {k: forward.load_frame({"kind": "video", "url": url, "second": k}) for k in range(22)}
+    backward = ChangeIt(0, root)
+    for k in reversed(range(22)):
+        assert backward.load_frame({"kind": "video", "url": url, "second": k}) == frames[k]
+
+
+def test_rebuild_is_byte_identical(built, source, tmp_path):
+    copy = tmp_path / "src"
+    shutil.copytree(source, copy)  # another path and another listing: the same output
+    output = str(tmp_path / "again")
+    run(output, str(copy), "changeit")
+    assert shard_files(output) == shard_files(built[0])
+    for name in ("ChangeIt_preprocessed.jsonl",):
+        assert open(os.path.join(output, "upstream", name), "rb").read() == \
+            open(os.path.join(built[0], "upstream", name), "rb").read()
+
+
+# ---- bad raw items ------------------------------------------------------------------------------
+
+def _add_annotation(root, category, video_id, labels, listed=True, text=None):
+    folder = os.path.join(root, "annotations", category)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{video_id}.fps1.csv"), "w") as handle:
+        handle.write(text if text is not None else "".join(f"{s},{l}\n" for s, l in enumerate(labels)))
+    if listed:
+        id_list = os.path.join(root, "videos", f"{category}.csv")
+        with open(id_list, "a") as handle:
+            handle.write(f"\n{video_id},0.050")
+
+
+def _write_short_mp4(path, seconds):
+    import cv2
+    import numpy as np
+
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"mp4v"), 4, (64, 48))
+    for _ in range(seconds * 4):
+        writer.write(np.full((48, 64, 3), 128, np.uint8))
+    writer.release()
+
+
+def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(source, tmp_path):
+    top = tmp_path / "src"
+    shutil.copytree(source, top)
+    root = str(top / "changeit")
+    good = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    _add_annotation(root, "apple", "GapGapGap01", None, text="0,0\n1,0\n3,2\n")
+    _add_annotation(root, "apple", "FloatLab_01", None, text="0,0\n1,0.5\n2,2\n")
+    _add_annotation(root, "apple", "NotListed01", good, listed=False)
+    _add_annotation(root, "apple", "NoMedia0001", good)
+    os.makedirs(os.path.join(root, "videos"), exist_ok=True)
+    _add_annotation(root, "unicorn", "Unicorn0001", good)           # not in categories.csv
+    with open(os.path.join(root, "annotations", "apple", "notes.txt"), "w") as handle:
+        handle.write("stray file\n")
+    os.remove(os.path.join(root, "frames", "beer", "Qw3_rTy8uIo", "3.jpg"))        # missing frame
+    jpg = os.path.join(root, "frames", "apple", "-aB3dE5fG7h", "6.jpg")
+    data = open(jpg, "rb").read()
+    open(jpg, "wb").write(data[: len(data) - 40])                                  # truncated
+    with open(os.path.join(root, "downloads", "apple", "Qw3_rTy8uIo.mp4"), "wb") as handle:
+        handle.write(b"this is not a video")                                      # unreadable
+    _write_short_mp4(os.path.join(root, "downloads", "tie", "Lm4kJh8gF2d.mp4"), 5)  # too short
+
+    output = str(tmp_path / "out_bad")
+    report = run(output, str(top), "changeit", "--max_bad_fraction=1.0")["scenarios"]["changeit"]
+    dead = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+    by_path = {}
+    for letter in dead:
+        assert letter["scenario"] == "changeit" and letter["reason"]
+        by_path.setdefault(letter["path"], []).append(letter)
+
+    def reasons(path):
+        return " | ".join(sorted({d["reason"] for d in by_path[path]}))
+
+    expected = {
+        "annotations/apple/GapGapGap01.fps1.csv": "seconds not consecutive",
+        "annotations/apple/FloatLab_01.fps1.csv": "non-integer",
+        "annotations/apple/NotListed01.fps1.csv": "not listed in videos/apple.csv",
+        "annotations/unicorn/Unicorn0001.fps1.csv": "unknown category",
+        "annotations/apple/notes.txt": "unexpected file",
+        "downloads/apple/NoMedia0001": "missing video",
+        "frames/beer/Qw3_rTy8uIo/3.jpg": "missing frame file",
+        "frames/apple/-aB3dE5fG7h/6.jpg": "truncated JPEG",
+        "downloads/apple/Qw3_rTy8uIo.mp4": "unreadable video",
+        "downloads/tie/Lm4kJh8gF2d.mp4": "video too short",
+    }
+    for path, reason in expected.items():
+        assert path in by_path, (path, sorted(by_path))
+        assert reason in reasons(path), (path, reasons(path))
+    # a bad annotation loses both of its questions, each named by its key
+    assert sorted(d["key"] for d in by_path["annotations/apple/GapGapGap01.fps1.csv"]) == [
+        "ChangeIt/apple/GapGapGap01/action", "ChangeIt/apple/GapGapGap01/object"]
+    assert report["accounted"]
+    assert report["raw_items"] == report["samples"] + report["dead_letters"] + sum(
+        report["excluded"].values())
+    assert report["dead_letters"] == len(dead)
+    kept = {r["key"] for r in load_rows(output)}
+    assert kept == {"ChangeIt/beer/Zx9-cVb7nM1/object"}  # the untouched video still builds
+
+
+def test_real_repository_files_build_end_to_end(tmp_path):
+    """The real apple/avocado/eggs repository files, with frames supplied for one real video:
+    it becomes samples, every other annotated video is a 'missing video' dead letter or a rule
+    exclusion, and the accounting holds."""
+    top = tmp_path / "src"
+    root = top / "changeit"
+    shutil.copytree(REAL, root)
+    labels = parse_annotation(open(f"{REAL}/annotations/eggs/jU3_JVh1YwA.fps1.csv").read(),
+                              {0, 1, 2, 3})
+    from proactivebench_builder.transforms.changeit import _painted_frame, encode_jpeg
+    folder = root / "frames" / "eggs" / "jU3_JVh1YwA"
+    folder.mkdir(parents=True)
+    for second, label in enumerate(labels):
+        (folder / f"{second}.jpg").write_bytes(encode_jpeg(_painted_frame(label, second), 90))
+    output = str(tmp_path / "out_real")
+    report = run(output, str(top), "changeit", "--max_bad_fraction=1.0")["scenarios"]["changeit"]
+    assert report["raw_items"] == 96 and report["accounted"]
+    assert report["samples"] == 2
+    assert set(report["dead_letters_by_reason"]) == {"missing video"}
+    assert report["excluded"] == {"informative_first_frame": 17, "no_informative_frame": 4}
+    assert report["dead_letters"] == 96 - 21 - 2  # the rules keep 75 pairs; 73 lack their video
+    built_rows = load_rows(output)
+    for row in built_rows:
+        assert row["key"].startswith("ChangeIt/eggs/jU3_JVh1YwA/")
+        assert label_of_colour(row["frames"][row["frame_ids"].index(row["reference_image"])]) \
+            in (1, 2, 3)

@@ -431,3 +431,19 @@ def test_real_repository_files_build_end_to_end(tmp_path):
         assert row["key"].startswith("ChangeIt/eggs/jU3_JVh1YwA/")
         assert label_of_colour(row["frames"][row["frame_ids"].index(row["reference_image"])]) \
             in (1, 2, 3)
+
+
+def test_the_evaluation_runtime_plays_the_rows_as_upstream(rows):
+    """Our runtime (upstream's ChangeIt rules): the oracle waits to the reference and answers."""
+    from proactivebench_builder.runtime.environments import make_environment, reachable_frame_ids
+
+    for row in rows:
+        assert reachable_frame_ids(row, CONFIG) == row["frame_ids"]
+        env = make_environment(row, config=CONFIG)
+        assert REWIND_OPTION not in env.displayed_options()  # hidden at the first frame
+        while env.image_id != row["reference_image"]:
+            env.step(WAIT_OPTIONS[row["question_type"]])
+            assert not env.done
+        env.step(row["answer"])
+        assert env.done and env.correct
+        assert env.num_turns <= row["max_steps"]

@@ -34,5 +34,6 @@ setup(
     },
     entry_points={"console_scripts": [
         "proactivebench-build=proactivebench_builder.pipeline.cli:main",
+        "proactivebench-eval=proactivebench_builder.runtime.cli:main",
     ]},
 )

@@ -447,3 +447,26 @@ def test_the_evaluation_runtime_plays_the_rows_as_upstream(rows):
         env.step(row["answer"])
         assert env.done and env.correct
         assert env.num_turns <= row["max_steps"]
+
+
+def test_last_annotated_second_may_lie_just_past_the_last_frame(tmp_path):
+    """ffmpeg's fps=1 rounds to the nearest second, so an annotation can name a second just past
+    a video's last frame (that frame stands in); further than the tolerance is too short."""
+    from proactivebench_builder.transforms.changeit import VideoReader
+
+    path = str(tmp_path / "v.mp4")
+    _write_short_mp4(path, 15)
+    reader = VideoReader(path)
+    try:
+        assert reader.frame_at(14.0) is not None and reader.frame_at(15.2) is None
+        assert reader.frame_at(15.2, tail_s=1.0) is not None
+        assert reader.frame_at(16.5, tail_s=1.0) is None
+    finally:
+        reader.close()
+
+
+def test_dead_letter_reasons_carry_no_object_addresses(tmp_path):
+    (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8not a jpeg at all")
+    with pytest.raises(BadItem) as caught:
+        ChangeIt(0, str(tmp_path))._validate_frame_file(str(tmp_path / "bad.jpg"))
+    assert "undecodable image" in caught.value.reason and "0x" not in caught.value.reason

@@ -61,6 +61,7 @@ import math
 import os
 import posixpath
 import random
+import re
 import tempfile
 
 from proactivebench_builder.pipeline import fileio, results
@@ -257,8 +258,25 @@ class VideoReader:
         count = self.capture.get(cv2.CAP_PROP_FRAME_COUNT)
         return count / fps if fps > 0 and count > 0 else None
 
-    def frame_at(self, seconds: float):
-        """The BGR frame shown at `seconds`, or None past the end or on a decoding error."""
+    def frame_at(self, seconds: float, tail_s: float = 0.0):
+        """The BGR frame shown at `seconds`, or None past the end or on a decoding error.
+
+        ffmpeg's fps=1 filter (how the annotations were made) rounds to the nearest second, so
+        the last annotated second can lie up to half a second past the last frame; a request
+        within `tail_s` of the end gets the video's last decodable frame instead."""
+        import cv2
+
+        frame = self._read_at(seconds)
+        duration = self.duration_s()
+        if frame is None and duration is not None and seconds < duration + tail_s:
+            fps = self.capture.get(cv2.CAP_PROP_FPS)
+            for back in range(1, int(math.ceil(fps)) + 1):
+                frame = self._read_at(max(0.0, duration - back / fps))
+                if frame is not None:
+                    break
+        return frame
+
+    def _read_at(self, seconds: float):
         import cv2
 
         self.capture.set(cv2.CAP_PROP_POS_MSEC, seconds * 1000.0)
@@ -367,8 +385,7 @@ class ChangeIt(Scenario):
             answer, pool = actions[category], [actions[c] for c in sorted(actions)]
         yield self.candidate(key, dict(plan, category=category, video_id=video_id,
                                        question_type=question_type, answer=answer, pool=pool,
-                                       annotation=self.relative(path),
-                                       labels=[per_second[k] for k in plan["frame_ids"]]))
+                                       annotation=self.relative(path)))
 
     # -- building a sample --
 
@@ -401,13 +418,21 @@ class ChangeIt(Scenario):
             refs = []
             for k in item["frame_ids"]:
                 url = fileio.join(frames, f"{k}.{extension}")
-                self.validate_file_frame(url)
+                self._validate_frame_file(url)
                 refs.append({"kind": "file", "url": url})
             return refs, self.relative(frames), extension
         video = self._find_video(category, video_id)
         self._check_video(video, item)
         refs = [{"kind": "video", "url": video, "second": k} for k in item["frame_ids"]]
         return refs, self.relative(video), "jpg"
+
+    def _validate_frame_file(self, url: str) -> None:
+        """The shared check, with object addresses ("<... at 0x7f...>") that PIL puts in some
+        messages removed, so a dead letter's reason is the same on every run."""
+        try:
+            self.validate_file_frame(url)
+        except BadItem as err:
+            raise BadItem(re.sub(r" at 0x[0-9a-fA-F]+", "", err.reason), err.path) from None
 
     def _find_video(self, category: str, video_id: str) -> str:
         folder = self.path(self.params["video_dir"], category)
@@ -432,9 +457,12 @@ class ChangeIt(Scenario):
             raise BadItem(f"video too short: {duration:.1f} s for an annotation of {n} s", where)
         offset = float(self.params["seek_offset_s"])
         for k in (item["frame_ids"][0], item["frame_ids"][-1]):
-            if reader.frame_at(k + offset) is None:
+            if reader.frame_at(k + offset, self._tail_s()) is None:
                 raise BadItem(f"video too short or undecodable: no frame at {k} s "
                               f"(annotation of {n} s)", where)
+
+    def _tail_s(self) -> float:
+        return float(self.params["duration_tolerance_s"])
 
     # -- producing frames --
 
@@ -450,7 +478,7 @@ class ChangeIt(Scenario):
         if ref["kind"] != "video":
             return super().load_frame(ref)
         reader = self._open(ref["url"])
-        frame = reader.frame_at(ref["second"] + float(self.params["seek_offset_s"]))
+        frame = reader.frame_at(ref["second"] + float(self.params["seek_offset_s"]), self._tail_s())
         if frame is None:
             raise ValueError(f"changeit: no frame at {ref['second']} s in {ref['url']}")
         return encode_jpeg(frame, int(self.params["jpeg_quality"]))

@@ -470,3 +470,23 @@ def test_dead_letter_reasons_carry_no_object_addresses(tmp_path):
     with pytest.raises(BadItem) as caught:
         ChangeIt(0, str(tmp_path))._validate_frame_file(str(tmp_path / "bad.jpg"))
     assert "undecodable image" in caught.value.reason and "0x" not in caught.value.reason
+
+
+def test_a_remote_video_is_decoded_from_a_temporary_copy(source):
+    """OpenCV needs a local file: a video under any fsspec URL is copied, read, then removed."""
+    import fsspec
+
+    from proactivebench_builder.transforms.changeit import VideoReader
+
+    local = os.path.join(source, "changeit", "downloads", "tie", "Lm4kJh8gF2d.mp4")
+    url = "memory://changeit-test/Lm4kJh8gF2d.mp4"
+    with fsspec.open(url, "wb") as handle:
+        handle.write(open(local, "rb").read())
+    remote, here = VideoReader(url), VideoReader(local)
+    try:
+        assert remote.temporary and os.path.exists(remote.path)
+        assert (remote.frame_at(7.0) == here.frame_at(7.0)).all()
+    finally:
+        remote.close()
+        here.close()
+    assert not os.path.exists(remote.path)

@@ -48,6 +48,17 @@ Question (paper §3.2, App. A.6, Fig. 17; the exact pools are not released):
   ACTION_NAME from the source's categories.csv; 3 distractors drawn from the other categories.
   The paper's "69 categories" does not reconcile with 44 actions plus their objects [?].
 
+Decoding: the frame of second k is the first frame at or after k s (+ `seek_offset_s`), fetched
+by a fresh seek each time, so the same second gives the same bytes in every row and shard; it is
+re-encoded as JPEG (`jpeg_quality`). ffmpeg's fps=1 filter, which made the annotations, rounds to
+the nearest second, so the last annotated second may lie just past the last frame: within
+`duration_tolerance_s` of the end the last frame stands in. A video must open, last at least
+(annotated seconds - 1 - tolerance) s, and decode its first and last reachable frames. Videos
+anywhere fsspec reaches are copied to a temporary file first (OpenCV opens only local files).
+`valid_images` stays null: upstream's ChangeIt environment does not read it (it uses
+range(num_images)). Shared object names (eggs for eggs/whisk_eggs, milk for milk/boil_milk)
+appear once in the distractor pool.
+
 Dead letters: an annotation with gaps, repeats, non-integer or unknown labels, or no rows; an id
 missing from its `videos/<category>.csv`; a category unknown to categories.csv or to the manifest;
 no frames and no video; a missing or corrupt frame file; a video that does not open or is shorter

@@ -12,7 +12,7 @@ Choices:
 - COCO rows hold one frame (the full image); its sheet shows the views as the environment
   will show them: the first view (the crop extended by one step, sources_image.md §3.7), the
   last view (every moved axis at its step limit), and the full image (the reference) with both
-  boxes drawn on it. Boxes come from the runtime's `coco_crop_box` when it is installed.
+  boxes drawn on it. Boxes come from the runtime's `coco_crop_box`.
 - Rows with many frames (VSOD, ChangeIt) show at most --max-frames thumbnails, evenly spread,
   always including the first and the reference frame; the sheet says how many were left out.
 - Text drawn into the PNGs uses Pillow's bundled font, which covers ASCII only, so it is folded
@@ -154,11 +154,7 @@ def coco_step_limit(row: dict) -> int:
 
 def coco_box(row: dict, steps: int) -> tuple:
     """The PIL box after `steps` steps on every moved axis (1 = the first view)."""
-    try:
-        from proactivebench_builder.runtime.environments import coco_crop_box as box
-    except ImportError:  # the runtime is optional for the builder
-        box = crop_box
-    return box(row, (row.get("horizontal_step") or 0) * steps,
+    return crop_box(row, (row.get("horizontal_step") or 0) * steps,
                (row.get("vertical_step") or 0) * steps)
 
 

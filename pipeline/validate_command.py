@@ -36,6 +36,7 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import yaml
 
+from proactivebench_builder.runtime.environments import coco_crop_box as crop_box
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.images import BadImage, check_image
 from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
@@ -420,27 +421,8 @@ def coco_step_problems(row: dict) -> list[str]:
 
 def first_view_box(row: dict) -> tuple:
     """The PIL box of the first COCO view (turn 0 is already one step out, sources_image.md
-    §3.7); the runtime's own function when it is installed."""
-    try:
-        from proactivebench_builder.runtime.environments import coco_crop_box
-    except ImportError:  # the runtime is optional for the builder
-        coco_crop_box = crop_box
-    return coco_crop_box(row, row["horizontal_step"], row["vertical_step"])
-
-
-def crop_box(row: dict, h_step: float, v_step: float) -> tuple:
-    """§3.7: moves extend one side (width/height act as right/bottom); zoom grows every side
-    and width/height are sizes."""
-    crop, direction = row["crop"], row["direction"]
-    zoom = "zoom" in direction
-    left = crop["left"] - h_step if ("left" in direction or zoom) else crop["left"]
-    top = crop["top"] - v_step if ("up" in direction or zoom) else crop["top"]
-    right = crop["width"] + h_step if ("right" in direction or zoom) else crop["width"]
-    bottom = crop["height"] + v_step if ("down" in direction or zoom) else crop["height"]
-    if direction == "zoom":
-        right += crop["left"]
-        bottom += crop["top"]
-    return (left, top, right, bottom)
+    §3.7), computed by the runtime environment that will show it."""
+    return crop_box(row, row["horizontal_step"], row["vertical_step"])
 
 
 def train_row_problems(row: dict) -> list[str]:

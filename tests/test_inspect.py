@@ -16,7 +16,7 @@ from PIL import Image
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.inspect_command import (
     SHEET_WIDTH, THUMB, coco_box, inspect_folder, main, render_sheet, shown_positions)
-from proactivebench_builder.pipeline.validate_command import crop_box
+from proactivebench_builder.runtime.environments import coco_crop_box as crop_box
 
 PER_SCENARIO = 2
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime import loading, metrics, open_ended
 from proactivebench_builder.runtime.episodes import run_episode
-from proactivebench_builder.runtime.models import load_model, observation_messages
+from proactivebench_builder.runtime.models import load_model
 from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 

@@ -255,7 +255,7 @@ def test_rerun_writes_nothing_and_stale_files_are_removed(built, tmp_path, capsy
     capsys.readouterr()
     assert main([built, "--to", target]) == 0
     out = capsys.readouterr().out
-    assert f"upload 1 files" in out and "delete 2 stale" in out
+    assert "upload 1 files" in out and "delete 2 stale" in out
     assert not os.path.exists(stale) and not os.path.exists(leftover)
     assert local_bytes(target) == expected_repo(built)
     assert main([built, "--to", target]) == 0

@@ -457,8 +457,14 @@ class ChangeIt(Scenario):
                       f"{self.params['video_dir']}/{category}/{video_id}")
 
     def _check_video(self, url: str, item: dict) -> None:
-        where = self.relative(url)
-        reader = self._open(url)
+        reader = VideoReader(url)
+        try:
+            self._check_opened_video(reader, item)
+        finally:
+            reader.close()  # the shard writer opens it again; a remote copy is not kept around
+
+    def _check_opened_video(self, reader: VideoReader, item: dict) -> None:
+        where = self.relative(reader.url)
         if not reader.is_open():
             raise BadItem("unreadable video: OpenCV/FFmpeg cannot open it", where)
         n = item["num_images"]

@@ -7,6 +7,7 @@ becomes a dead letter instead of breaking the shard writer later.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 from PIL import Image
@@ -41,7 +42,10 @@ def check_image(data: bytes, name: str = "") -> tuple[str, int, int]:
     except BadImage:
         raise
     except Exception as err:  # PIL raises many types for bad data; all mean the same here
-        raise BadImage(f"undecodable image: {type(err).__name__}: {err}") from None
+        # PIL names the stream object ("<_io.BytesIO object at 0x7f...>"): drop the address so
+        # that dead-letter reasons are the same on every run
+        detail = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))
+        raise BadImage(f"undecodable image: {type(err).__name__}: {detail}") from None
     if size[0] < 1 or size[1] < 1:
         raise BadImage(f"degenerate image size {size}")
     return fmt, size[0], size[1]

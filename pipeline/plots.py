@@ -144,7 +144,8 @@ def bins_of(counts: Counter) -> tuple[int, int, int]:
     return low, width, (high - low) // width + 1
 
 
-def histogram_panels(title: str, subtitle: str, panels: list[tuple[str, Counter]]) -> Image.Image:
+def histogram_panels(title: str, subtitle: str, panels: list[tuple[str, Counter]],
+                     unit: str = "frames") -> Image.Image:
     """One small vertical-bar histogram per panel (value -> how many samples)."""
     image = Image.new("RGB", (WIDTH, histogram_height(len(panels))), BACKGROUND)
     draw = ImageDraw.Draw(image)
@@ -152,11 +153,12 @@ def histogram_panels(title: str, subtitle: str, panels: list[tuple[str, Counter]
     if not panels:
         draw.text((MARGIN, TITLE_H + 8), "no samples", fill=MUTED, font=font(15))
     for index, (label, counts) in enumerate(panels):
-        draw_histogram(draw, TITLE_H + index * PANEL_H, label, counts, PALETTE[index % 7])
+        draw_histogram(draw, TITLE_H + index * PANEL_H, label, counts, PALETTE[index % 7], unit)
     return image
 
 
-def draw_histogram(draw, top: int, label: str, counts: Counter, color) -> None:
+def draw_histogram(draw, top: int, label: str, counts: Counter, color,
+                   unit: str = "frames") -> None:
     values = sorted(counts.elements())
     draw.text((MARGIN, top + 4), shorten(draw, label, 15, LABEL_W - MARGIN), fill=INK,
               font=font(15))
@@ -164,7 +166,7 @@ def draw_histogram(draw, top: int, label: str, counts: Counter, color) -> None:
         draw.text((MARGIN, top + 26), "no samples", fill=MUTED, font=font(12))
         return
     for line, text in enumerate((f"{len(values)} samples",
-                                 f"frames: min {values[0]}, max {values[-1]}",
+                                 f"{unit}: min {values[0]}, max {values[-1]}",
                                  f"median {format_number(statistics.median(values))}")):
         draw.text((MARGIN, top + 26 + 16 * line), text, fill=MUTED, font=font(12))
     low, width, n_bins = bins_of(counts)
@@ -255,8 +257,22 @@ def filter_chart(filters: dict) -> Image.Image:
                      ["before (pool)", "after (test)"])
 
 
+def correct_fractions_chart(filters: dict) -> Image.Image:
+    """Per scenario, how many samples each share of models answered from the first frame
+    (in percent; the filter drops everything at or above the threshold)."""
+    panels = []
+    for name, entry in sorted(filters.get("scenarios", {}).items()):
+        counts = Counter({round(float(f) * 100): n for f, n in
+                          entry.get("correct_fraction_histogram", {}).items()})
+        panels.append((name, counts))
+    threshold = filters.get("settings", {}).get("threshold")
+    return histogram_panels("First-round correct answers per sample",
+                            f"% of probing models right on the first frame; threshold "
+                            f"{threshold}", panels, unit="% of models")
+
+
 def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
-    """Write the four PNG plots under DIR/reports/plots/ (or `target`); returns their URLs."""
+    """Write the PNG plots under DIR/reports/plots/ (or `target`); returns their URLs."""
     build = read_report(output_dir, "build.json")
     filters = read_report(output_dir, "filter.json")
     charts = {
@@ -265,6 +281,8 @@ def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
         "dead_letters_by_reason.png": dead_letters_chart(build),
         "filter_before_after.png": filter_chart(filters),
     }
+    if filters.get("settings", {}).get("mode") == "predictions":
+        charts["first_round_correct_fractions.png"] = correct_fractions_chart(filters)
     written = []
     for name, image in charts.items():
         url = fileio.join(target or fileio.join(output_dir, *PLOTS_DIR), name)

@@ -53,6 +53,12 @@ def test_filter_drops_samples_at_or_above_the_threshold(tmp_path, miniature_root
     assert stats["first_round_accuracy_before"] == pytest.approx(
         sum(counts(i) / 4 for i in range(len(pool))) / len(pool), abs=1e-6)
     assert stats["per_model_accuracy"]["m4"] == 0.0
+    from PIL import Image
+
+    for plot in ("filter_before_after.png", "first_round_correct_fractions.png"):
+        with Image.open(os.path.join(out, "reports", "plots", plot)) as image:
+            image.load()
+            assert image.size[0] > 100
 
 
 def test_ids_are_the_same_before_and_after_filtering(tmp_path, miniature_root, built_miniature):

@@ -1,0 +1,106 @@
+"""Source verification: compare each source folder with what its manifest pins, before a build.
+
+A manifest may pin two things about its raw download (both optional, both relative to the
+scenario's source root, any fsspec URL):
+
+    expected_files:   {glob: count}           how many *files* match the glob
+                                              (e.g. "val2014/COCO_val2014_*.jpg": 40504)
+    checksums:        {relative path: sha256} the SHA-256 of an archive or annotation file
+
+`verify_sources({scenario: source root URL})` checks every pin of every chosen scenario and
+returns every mismatch as one human-readable line (an empty list means the sources agree with
+the manifests). It never stops at the first problem: a user fixing a download wants the whole
+list at once. It reads only what the pins name (a glob listing, the pinned files' bytes), so it
+runs before any Beam work starts.
+
+Choices:
+- Globs count files only (a folder matching the glob is not a file of the download); `**`
+  recurses, as fsspec's glob does.
+- A checksum pin on a file that is absent is a mismatch ("missing"), not a skipped check.
+- A pin that is itself malformed (a negative or non-integer count, a checksum that is not 64 hex
+  digits) is reported as a manifest problem, so a typo in a manifest cannot pass silently.
+- Hashing streams the file in 1 MiB blocks, so a 2 GB archive costs no memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+from proactivebench_builder.pipeline import fileio
+
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+BLOCK = 1 << 20
+
+
+def verify_sources(sources: dict[str, str], manifests: dict[str, dict] | None = None) -> list[str]:
+    """Every mismatch between the source folders and their manifests' `expected_files` and
+    `checksums`, as readable lines ([] when all agree). `manifests` (scenario -> manifest dict)
+    overrides the packaged manifests, for tests and tools."""
+    problems = []
+    for name in sorted(sources):
+        manifest = manifests[name] if manifests and name in manifests else _packaged(name)
+        problems.extend(verify_source(name, sources[name], manifest))
+    return problems
+
+
+def verify_source(name: str, root: str, manifest: dict) -> list[str]:
+    """The mismatches of one scenario's source folder."""
+    if not fileio.is_dir(root):
+        return [f"{name}: source folder not found: {root}"]
+    problems = []
+    for pattern, expected in sorted((manifest.get("expected_files") or {}).items()):
+        problems.extend(_check_count(name, root, str(pattern), expected))
+    for relative, digest in sorted((manifest.get("checksums") or {}).items()):
+        problems.extend(_check_checksum(name, root, str(relative), digest))
+    return problems
+
+
+def _packaged(name: str) -> dict:
+    from proactivebench_builder.pipeline.manifests import load_manifest
+
+    return load_manifest(name)
+
+
+def count_files(root: str, pattern: str) -> int:
+    """How many files (not folders) under `root` match the glob `pattern`."""
+    fs, base = fileio.filesystem(root)
+    matches = fs.glob(fileio.join(base, pattern), detail=True)
+    return sum(1 for info in matches.values() if info.get("type") == "file")
+
+
+def _check_count(name: str, root: str, pattern: str, expected) -> list[str]:
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        return [f"{name}: manifest problem: expected_files[{pattern!r}] = {expected!r} is not a "
+                f"file count"]
+    found = count_files(root, pattern)
+    if found != expected:
+        return [f"{name}: expected {expected} files matching {pattern!r}, found {found} "
+                f"(under {root})"]
+    return []
+
+
+def file_sha256(url: str) -> str:
+    fs, path = fileio.filesystem(url)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
+    expected = str(digest).strip().lower()
+    if not SHA256_PATTERN.match(expected):
+        return [f"{name}: manifest problem: checksums[{relative!r}] = {digest!r} is not a "
+                f"sha256 (64 hex digits)"]
+    url = fileio.join(root, relative)
+    fs, path = fileio.filesystem(url)
+    if not fs.isfile(path):
+        return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
+    try:
+        actual = file_sha256(url)
+    except OSError as err:
+        return [f"{name}: unreadable file {relative!r}: {err}"]
+    if actual != expected:
+        return [f"{name}: sha256 mismatch for {relative!r}: expected {expected}, got {actual}"]
+    return []

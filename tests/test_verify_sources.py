@@ -1,0 +1,118 @@
+"""Source verification (`pipeline/verify_sources.py`): manifests pin file counts and sha256 of
+archives and annotation files; every mismatch is reported, none stops the check early."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.pipeline.verify_sources import count_files, verify_sources
+from proactivebench_builder.transforms import load_scenarios
+
+
+def write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+@pytest.fixture()
+def source(tmp_path) -> str:
+    """A tiny source: two archives, an annotation file and three images (one in a subfolder)."""
+    root = str(tmp_path / "src")
+    write(f"{root}/rod_0.tar.gz", b"archive zero")
+    write(f"{root}/rod_1.tar.gz", b"archive one")
+    write(f"{root}/annotations/instances.json", b'{"images": []}')
+    for name in ("a.jpg", "b.jpg", "sub/c.jpg"):
+        write(f"{root}/images/{name}", b"jpeg")
+    os.makedirs(f"{root}/images/folder.jpg")  # a folder matching the glob is not a file
+    return root
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest(expected_files=None, checksums=None) -> dict:
+    return {"expected_files": expected_files or {}, "checksums": checksums or {}}
+
+
+def test_matching_pins_report_nothing(source):
+    pins = manifest({"rod_*.tar.gz": 2, "images/*.jpg": 2, "images/**/*.jpg": 3},
+                    {"rod_0.tar.gz": sha(b"archive zero"),
+                     "annotations/instances.json": sha(b'{"images": []}').upper()})
+    assert verify_sources({"demo": source}, {"demo": pins}) == []
+
+
+def test_every_mismatch_is_reported(source):
+    pins = manifest({"rod_*.tar.gz": 3, "images/*.jpg": 2, "missing/*.png": 1},
+                    {"rod_0.tar.gz": sha(b"something else"), "rod_1.tar.gz": sha(b"archive one"),
+                     "annotations/instances_val2014.json": sha(b"x")})
+    problems = verify_sources({"demo": source}, {"demo": pins})
+    assert len(problems) == 4, problems
+    text = "\n".join(problems)
+    assert "demo: expected 3 files matching 'rod_*.tar.gz', found 2" in text
+    assert "demo: expected 1 files matching 'missing/*.png', found 0" in text
+    assert f"sha256 mismatch for 'rod_0.tar.gz': expected {sha(b'something else')}, " \
+           f"got {sha(b'archive zero')}" in text
+    assert "missing file 'annotations/instances_val2014.json'" in text
+
+
+def test_malformed_pins_are_manifest_problems(source):
+    pins = manifest({"rod_*.tar.gz": "two", "images/*.jpg": -1, "a": True},
+                    {"rod_0.tar.gz": "d41d8cd98f00b204e9800998ecf8427e"})  # an md5, not a sha256
+    problems = verify_sources({"demo": source}, {"demo": pins})
+    assert len(problems) == 4 and all("manifest problem" in p for p in problems), problems
+
+
+def test_missing_source_folder(tmp_path):
+    problems = verify_sources({"demo": str(tmp_path / "nowhere")}, {"demo": manifest({"*": 1})})
+    assert problems == [f"demo: source folder not found: {tmp_path / 'nowhere'}"]
+
+
+def test_several_scenarios_in_name_order(source, tmp_path):
+    pins = {"b": manifest({"*.tar.gz": 9}), "a": manifest({"*.tar.gz": 8})}
+    problems = verify_sources({"b": source, "a": source}, pins)
+    assert [p.split(":")[0] for p in problems] == ["a", "b"]
+
+
+def test_count_files_ignores_folders(source):
+    assert count_files(source, "images/*.jpg") == 2
+    assert count_files(source, "images/**/*.jpg") == 3
+
+
+def test_fsspec_urls(source):
+    """A source root may be any fsspec URL (here memory://)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/verify/src/annotations/x.json", b"{}")
+    fs.pipe("/verify/src/val/1.jpg", b"j")
+    pins = manifest({"val/*.jpg": 1}, {"annotations/x.json": sha(b"{}")})
+    assert verify_sources({"demo": "memory://verify/src"}, {"demo": pins}) == []
+    pins = manifest({"val/*.jpg": 2}, {"annotations/x.json": sha(b"[]")})
+    assert len(verify_sources({"demo": "memory://verify/src"}, {"demo": pins})) == 2
+
+
+def test_packaged_manifests_pin_well_formed_values():
+    """Every packaged manifest's pins are well formed (counts are ints, checksums sha256)."""
+    for name in load_scenarios():
+        m = load_manifest(name)
+        for pattern, count in (m.get("expected_files") or {}).items():
+            assert isinstance(pattern, str) and isinstance(count, int) and count >= 0, (name, pattern)
+        for path, digest in (m.get("checksums") or {}).items():
+            assert isinstance(path, str) and len(str(digest)) == 64, (name, path)
+
+
+def test_packaged_manifests_against_miniatures(miniature_root):
+    """The miniatures are small copies, so the packaged pins of the real downloads report them
+    (ROD pins only its two archives, which the miniature has too)."""
+    sources = {n: os.path.join(miniature_root, load_manifest(n)["source_subdir"])
+               for n in load_scenarios()}
+    problems = verify_sources(sources)
+    assert not [p for p in problems if p.startswith("rod:")], problems
+    assert "coco: expected 40504 files matching 'val2014/COCO_val2014_*.jpg', found 13" \
+           in "\n".join(problems)
+    assert not [p for p in problems if "manifest problem" in p], problems

@@ -85,15 +85,30 @@ class BuildSample(beam.DoFn):
         yield results.sample(name, row)
 
 
+SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
+
+
 class Spread(beam.PTransform):
     """Redistribute elements across workers by a stable hash (a plain GroupByKey, which every
-    runner supports; `beam.Reshuffle` relies on windowing machinery the DaskRunner lacks)."""
+    runner supports; `beam.Reshuffle` relies on windowing machinery the DaskRunner lacks).
+
+    On the DaskRunner a GroupByKey keeps the partition count of its input, and a Create of a
+    few scenario names is a single partition, so the group would run on one worker. The input
+    is therefore flattened with an empty collection made from a Create of SPREAD_LANES
+    placeholders: it adds no element, but on Dask it brings its partitions (`--dask_npartitions`
+    of them), over which the hash spreads the elements. On other runners it is just empty."""
 
     def expand(self, pcoll):
         from proactivebench_builder.pipeline.seeding import stable_hash
 
+        lanes = (
+            pcoll.pipeline
+            | "Lanes" >> beam.Create(list(range(SPREAD_LANES)))
+            | "NoElements" >> beam.Filter(lambda _: False)
+        )
         return (
-            pcoll
+            (pcoll, lanes)
+            | "WithLanes" >> beam.Flatten()
             | "KeyByHash" >> beam.Map(lambda v: (stable_hash(repr(v)) % 4096, v))
             | "Group" >> beam.GroupByKey()
             | "Ungroup" >> beam.FlatMap(lambda kv: kv[1])

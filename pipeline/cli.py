@@ -138,20 +138,54 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
     return params
 
 
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+DEFAULT_DASK_PARTITIONS = 16
+
+
+def configure_runner(options: PipelineOptions) -> str:
+    """The runner's name, after accepting `--runner DaskRunner` (Beam knows it only by its
+    module path) and giving Dask a partition count when none is set: the DaskRunner otherwise
+    packs ~128 elements per partition, so a build would run on one worker."""
+    standard = options.view_as(StandardOptions)
+    if standard.runner in ("DaskRunner", DASK_RUNNER):
+        from apache_beam.runners.dask.dask_runner import DaskOptions
+
+        standard.runner = DASK_RUNNER
+        dask = options.view_as(DaskOptions)
+        if dask.npartitions is None and dask.partition_size is None:
+            dask.npartitions = DEFAULT_DASK_PARTITIONS
+    return standard.runner or "DirectRunner"
+
+
+def run_pipeline(options: PipelineOptions, params: dict) -> None:
+    """Run the build graph to completion. The DaskRunner opens a Dask client that it never
+    closes, so it is closed here (else the process holds a connection to the cluster, or
+    keeps the local cluster it started)."""
+    from proactivebench_builder.filters.inputs import selection_inputs
+
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)
+        if client is not None:
+            client.close()
+
+
 def run_build(argv: list[str]) -> dict:
     """Build the benchmark; returns the build report (`reports/build.json`)."""
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
     params = build_params(opts, argv)
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    runner = configure_runner(options)
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
-    from proactivebench_builder.filters.inputs import selection_inputs
     from proactivebench_builder.pipeline.validate_command import validate_folder
 
-    with beam.Pipeline(options=options) as pipeline:
-        _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
+    run_pipeline(options, params)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     print(summary_table(report["scenarios"]))
     write_build_plots(params["output"])

@@ -28,7 +28,7 @@ STAMPED = {"README.md", os.path.join("reports", "build.json")}
 def dask_address():
     """A two-process Dask cluster on 127.0.0.1, closed at the end even if a test fails."""
     cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                       host="127.0.0.1", dashboard_address=None)
+                                       host="127.0.0.1", dashboard_address="127.0.0.1:0")
     try:
         yield cluster.scheduler_address
     finally:

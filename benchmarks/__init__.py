@@ -1,0 +1,1 @@
+"""The scale benchmark of the build (issue #6): `python benchmarks/run.py --help`."""

@@ -1,0 +1,129 @@
+"""The floor: what a tight single-process loop needs for the essential per-frame work of a build
+(read the source bytes, validate them, render and encode where a scenario renders), divided by
+the number of cores.
+
+The frames are exactly the build's: a planning pass (untimed) runs each scenario's own
+`list_units` / `read_unit` / `build_sample` (and the train split's counterparts) to collect every
+row's frame references. The timed loop then does, per frame reference:
+- a source file (`file`): read its bytes and validate them with the same cheap check the build
+  uses (`pipeline.images.check_image`);
+- a ROD tar member: one sequential pass over each `.tar.gz`, reading and validating every
+  referenced member;
+- a rendered frame (QuickDraw strokes, a COCO train view, a video frame): the scenario's own
+  `load_frame`, i.e. render (or decode and crop) and encode;
+plus, for QuickDraw, parsing the ndjson lines the drawings come from (reading its source).
+Writing the output is not in the floor (the issue's definition), nor is per-sample logic
+(prompts, options, crop plans), nor loading COCO's annotation JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import tarfile
+import time
+from collections import Counter, defaultdict
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.images import check_image
+
+
+def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> dict:
+    """Per scenario: the frame references of its rows (and of its train examples), and counts."""
+    from proactivebench_builder.transforms import load_scenarios
+
+    scenarios = load_scenarios()
+    plan = {}
+    for name, root in sorted(sources.items()):
+        scenario = scenarios[name](seed, root)
+        refs, rows = [], 0
+        for unit in scenario.list_units():
+            for value in scenario.read_unit(unit):
+                if value["kind"] != "candidate":
+                    continue
+                try:
+                    row = scenario.build_sample(value["key"], value["item"])
+                except Exception:  # noqa: BLE001 - a dead letter in the build too
+                    continue
+                rows += 1
+                refs.extend(row["frame_refs"])
+        train_refs = []
+        if train and scenario.has_train_split:
+            for unit in scenario.list_train_units():
+                for value in scenario.read_train_unit(unit):
+                    if value["kind"] == "candidate":
+                        try:
+                            example = scenario.build_train_example(value["key"], value["item"])
+                        except Exception:  # noqa: BLE001
+                            continue
+                        train_refs.append(example["image_ref"])
+        plan[name] = {"root": root, "rows": rows, "refs": refs, "train_refs": train_refs}
+    return plan
+
+
+def frame_counts(plan: dict) -> dict:
+    return {name: {"samples": p["rows"], "frames": len(p["refs"]),
+                   "train_frames": len(p["train_refs"])} for name, p in plan.items()}
+
+
+def run_floor(plan: dict, seed: int = 0) -> dict:
+    """Time the tight loop, per scenario; returns seconds and frames per scenario."""
+    from proactivebench_builder.transforms import load_scenarios
+
+    scenarios = load_scenarios()
+    timings = {}
+    for name, p in sorted(plan.items()):
+        scenario = scenarios[name](seed, p["root"])
+        start = time.perf_counter()
+        if name == "quickdraw":
+            parse_ndjson(scenario)
+        frames = process_refs(scenario, p["refs"] + p["train_refs"])
+        timings[name] = {"seconds": time.perf_counter() - start, "frames": frames}
+    return timings
+
+
+def process_refs(scenario, refs: list[dict]) -> int:
+    """The essential work for each reference; tar members are grouped per archive and read in
+    one sequential pass (the way any reader of a .tar.gz must)."""
+    by_archive = defaultdict(set)
+    done = 0
+    for ref in refs:
+        kind = ref["kind"]
+        if kind == "file":
+            with open(ref["url"], "rb") as handle:
+                data = handle.read()
+            check_image(data, posixpath.basename(ref["url"]))
+        elif kind == "tar_member":
+            by_archive[ref["url"]].add(ref["member"])
+        else:  # rendered: strokes, a crop view, a video frame
+            scenario.load_frame(ref)
+        done += 1
+    for url, members in sorted(by_archive.items()):
+        read_tar_members(url, members)
+    return done
+
+
+def read_tar_members(url: str, members: set) -> None:
+    with open(url, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
+        for member in tar:
+            if member.isfile() and member.name in members:
+                check_image(tar.extractfile(member).read(), member.name)
+
+
+def parse_ndjson(scenario) -> None:
+    """QuickDraw's source reading: every line of every category file parsed as JSON."""
+    for unit in scenario.list_units():
+        fs, path = fileio.filesystem(unit)
+        with open(path, "rb") as handle:
+            for line in handle:
+                json.loads(line)
+
+
+def kinds(plan: dict) -> dict:
+    """How many references of each kind (for the report)."""
+    return {name: dict(Counter(r["kind"] for r in p["refs"] + p["train_refs"]))
+            for name, p in plan.items()}
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,0 +1,205 @@
+"""The scale benchmark of the build (issue #6), in one command:
+
+    python benchmarks/run.py --fractions 0.01,0.1 --workdir /tmp/pb_bench --json benchmarks/results.json
+
+For each fraction of the full benchmark (1.0 = ~18.9k samples, ~100k test frames) it generates
+(once, cached under --workdir) a scale corpus in the real raw layouts (benchmarks/corpus.py),
+then measures
+- the build: the real pipeline (`run_pipeline.py`, FnApiRunner, 2 workers, the default build:
+  train split and upstream export included) as a subprocess: wall time, frames per second, CPU
+  time, and the peak memory of the whole process tree;
+- the floor: a tight single-process loop over the same frames doing the essential per-frame work
+  (read, validate, render where a scenario renders, encode), divided by the number of cores
+  (benchmarks/floor.py);
+and prints a table with the ratio build/floor, how time and memory grow between the smallest and
+the largest fraction (the exponent of time ~ fraction^k), and the extrapolated full-scale build
+time. The figures go to --json. Not part of the test suite: it takes minutes, and a timing is
+never asserted in a test.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import corpus, floor, measure  # noqa: E402
+
+TARGETS = {"ratio": 1.5, "time_exponent": 1.1, "memory_growth": 0.20}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/run.py", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fractions", default="0.01,0.1",
+                        help="Comma-separated fractions of the full benchmark (default: %(default)s).")
+    parser.add_argument("--workdir", default="/tmp/pb_bench",
+                        help="Where corpora (cached), build outputs and logs go (default: %(default)s).")
+    parser.add_argument("--json", default=None, help="Write the figures to this JSON file.")
+    parser.add_argument("--mode", default="multi_processing",
+                        choices=("multi_processing", "multi_threading", "in_memory"),
+                        help="--direct_running_mode of the build (default: %(default)s).")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="--direct_num_workers of the build (default: %(default)s).")
+    parser.add_argument("--also_no_export", action="store_true",
+                        help="Also measure each fraction with --no_upstream_export.")
+    parser.add_argument("--build_args", default="",
+                        help="Extra flags for the build, space-separated (e.g. '--no_train').")
+    parser.add_argument("--rod_side", type=int, default=corpus.DEFAULTS["rod_side"],
+                        help="Side of the ROD photos in pixels (default: %(default)s; real: 3024).")
+    parser.add_argument("--vsod_frames", type=int, default=corpus.DEFAULTS["vsod_frames"],
+                        help="Frames per VSOD segment (default: %(default)s).")
+    parser.add_argument("--qd_lines", type=int, default=corpus.DEFAULTS["qd_lines"],
+                        help="Drawings per QuickDraw category file (default: %(default)s).")
+    parser.add_argument("--changeit_seconds", type=int,
+                        default=corpus.DEFAULTS["changeit_seconds"],
+                        help="Annotated seconds per ChangeIt video (default: %(default)s).")
+    return parser.parse_args(argv)
+
+
+def sources_of(root: str) -> dict[str, str]:
+    from proactivebench_builder.pipeline.manifests import load_manifest
+    from proactivebench_builder.transforms import load_scenarios
+
+    return {n: os.path.join(root, load_manifest(n)["source_subdir"]) for n in load_scenarios()}
+
+
+def measure_fraction(fraction: float, args, settings: dict) -> dict:
+    log = lambda text: print(f"[{fraction:g}] {text}", flush=True)  # noqa: E731
+    log("corpus ...")
+    root = corpus.ensure_corpus(args.workdir, fraction, settings)
+    log(f"corpus at {root}; planning frames ...")
+    plan = floor.plan_frames(sources_of(root))
+    counts = floor.frame_counts(plan)
+    frames = sum(c["frames"] + c["train_frames"] for c in counts.values())
+    log(f"{frames} frames; floor loop ...")
+    timings = floor.run_floor(plan)
+    cores = floor.cores()
+    floor_single = sum(t["seconds"] for t in timings.values())
+    out = os.path.join(args.workdir, f"out-{fraction:g}")
+    extra = args.build_args.split()
+    log("build ...")
+    build = measure.run_build(root, out, os.path.join(args.workdir, f"build-{fraction:g}.log"),
+                              args.mode, args.workers, extra)
+    result = {
+        "fraction": fraction, "corpus": root, "corpus_files": corpus.corpus_stats(root),
+        "counts": counts, "frames": frames,
+        "samples": sum(c["samples"] for c in counts.values()),
+        "floor": {"single_process_s": floor_single, "cores": cores,
+                  "floor_s": floor_single / cores, "per_scenario": timings,
+                  "kinds": floor.kinds(plan)},
+        "build": build,
+        "frames_per_s": frames / build["wall_s"],
+        "ratio": build["wall_s"] / (floor_single / cores),
+    }
+    mismatch = {n: (c["samples"], build["samples"].get(n)) for n, c in counts.items()
+                if build["samples"].get(n) != c["samples"]}
+    if mismatch:
+        result["sample_count_mismatch"] = mismatch
+    log(f"build {build['wall_s']:.1f} s, floor {floor_single / cores:.1f} s, "
+        f"ratio {result['ratio']:.2f}, peak {build['peak_rss_bytes'] / 2**20:.0f} MiB")
+    if args.also_no_export:
+        log("build without upstream export ...")
+        result["build_no_export"] = measure.run_build(
+            root, out + "-noexport", os.path.join(args.workdir, f"build-{fraction:g}-noexport.log"),
+            args.mode, args.workers, extra + ["--no_upstream_export"])
+    return result
+
+
+def growth(results: list[dict]) -> dict:
+    """Time exponent k (time ~ fraction^k) and memory growth between the smallest and the
+    largest fraction, and the full-scale extrapolation (linear fit through both points, which
+    keeps the fixed start-up cost fixed; and the power law, which does not)."""
+    if len(results) < 2:
+        return {}
+    lo, hi = results[0], results[-1]
+    scale = hi["fraction"] / lo["fraction"]
+    t_lo, t_hi = lo["build"]["wall_s"], hi["build"]["wall_s"]
+    m_lo, m_hi = lo["build"]["peak_rss_bytes"], hi["build"]["peak_rss_bytes"]
+    slope = (t_hi - t_lo) / (hi["fraction"] - lo["fraction"])
+    exponent = math.log(t_hi / t_lo) / math.log(scale)
+    frames_exponent = math.log(t_hi / t_lo) / math.log(hi["frames"] / lo["frames"])
+    return {
+        "from": lo["fraction"], "to": hi["fraction"],
+        "time_exponent": exponent, "time_exponent_per_frame": frames_exponent,
+        "memory_growth": m_hi / m_lo - 1.0,
+        "full_scale_s_linear": t_hi + slope * (1.0 - hi["fraction"]),
+        "full_scale_s_power": t_hi * (1.0 / hi["fraction"]) ** exponent,
+        "full_scale_frames_est": hi["frames"] / hi["fraction"],
+    }
+
+
+def verdict(results: list[dict], trend: dict) -> dict:
+    ratio = results[-1]["ratio"]
+    checks = {"ratio": ratio <= TARGETS["ratio"]}
+    if trend:
+        checks["time_exponent"] = trend["time_exponent"] <= TARGETS["time_exponent"]
+        checks["memory_flat"] = abs(trend["memory_growth"]) <= TARGETS["memory_growth"]
+    return checks
+
+
+def table(results: list[dict], trend: dict) -> str:
+    header = ("fraction", "samples", "frames", "build s", "frames/s", "floor s", "build/floor",
+              "peak MiB", "CPU s")
+    rows = [header]
+    for r in results:
+        b = r["build"]
+        rows.append((f"{r['fraction']:g}", r["samples"], r["frames"], f"{b['wall_s']:.1f}",
+                     f"{r['frames_per_s']:.0f}", f"{r['floor']['floor_s']:.1f}",
+                     f"{r['ratio']:.2f}", f"{b['peak_rss_bytes'] / 2**20:.0f}",
+                     f"{b['cpu_s']:.1f}"))
+        if "build_no_export" in r:
+            n = r["build_no_export"]
+            rows.append((f"{r['fraction']:g} (no export)", n and r["samples"], r["frames"],
+                         f"{n['wall_s']:.1f}", f"{r['frames'] / n['wall_s']:.0f}",
+                         f"{r['floor']['floor_s']:.1f}",
+                         f"{n['wall_s'] / r['floor']['floor_s']:.2f}",
+                         f"{n['peak_rss_bytes'] / 2**20:.0f}", f"{n['cpu_s']:.1f}"))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if trend:
+        lines += ["", f"time exponent {trend['from']:g} -> {trend['to']:g}: "
+                      f"{trend['time_exponent']:.2f} (per frame: "
+                      f"{trend['time_exponent_per_frame']:.2f}); peak memory growth "
+                      f"{trend['memory_growth']:+.0%}",
+                  f"extrapolated full-scale build (~{trend['full_scale_frames_est']:.0f} frames): "
+                  f"{trend['full_scale_s_linear'] / 60:.1f} min (linear), "
+                  f"{trend['full_scale_s_power'] / 60:.1f} min (power law)"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    fractions = sorted(float(f) for f in args.fractions.split(",") if f.strip())
+    os.makedirs(args.workdir, exist_ok=True)
+    settings = {k: getattr(args, k) for k in corpus.DEFAULTS}
+    results = [measure_fraction(f, args, settings) for f in fractions]
+    trend = growth(results)
+    checks = verdict(results, trend)
+    print()
+    print(table(results, trend))
+    print("targets:", ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in checks.items()))
+    if args.json:
+        figures = {"date": datetime.date.today().isoformat(),
+                   "machine": {"cores": floor.cores(), "python": platform.python_version(),
+                               "processor": platform.processor() or platform.machine()},
+                   "settings": dict(settings, mode=args.mode, workers=args.workers,
+                                    build_args=args.build_args),
+                   "targets": TARGETS, "checks": checks, "growth": trend,
+                   "results": results}
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=1, sort_keys=True, default=str)
+            handle.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

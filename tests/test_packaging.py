@@ -1,0 +1,137 @@
+"""What Dataflow's `--setup_file ./setup.py` ships to its workers, installed and run elsewhere.
+
+Beam 2.77's stager builds the source distribution with `python -m build --no-isolation --sdist
+--outdir TMP <folder of setup.py>` from that folder (`runners/portability/stager.py`,
+`_build_setup_package`), and every worker pip-installs it. This test runs the same command,
+checks the archive holds every module and every manifest/data file, installs it into a fresh
+virtual environment, and builds the miniature benchmark from that installation, from a working
+directory outside the source tree, comparing the shards with the build from the source tree.
+
+To keep it fast and offline, the environment is made with `--system-site-packages` and the
+sdist installed with `--no-deps --no-build-isolation` (the dependencies, Beam included, come
+from the system site-packages, as the worker image's would). The system site-packages also
+hold this repository's *editable* install, whose import hook could serve a module from the
+source tree if the sdist lacked it, so the test proves the opposite: the source tree is not on
+`sys.path`, and after the build every loaded `proactivebench_builder` module (including those
+the DoFns imported while running in-process) was loaded from the environment's own copy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import shard_files
+
+SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime")
+DATA_SUFFIXES = (".yaml", ".json")
+
+# Runs inside the new environment: proves where the code comes from, then builds.
+DRIVER = r'''
+import json, os, sys
+source_tree, report_path, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+def inside(path, folder):
+    return os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
+
+def loaded_files():
+    return {name: getattr(module, "__file__", None) for name, module in sorted(sys.modules.items())
+            if name.startswith("proactivebench_builder.")}
+
+on_path = [p for p in sys.path if p and os.path.isdir(p) and
+           (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
+from proactivebench_builder.pipeline import cli
+status = cli.main(argv)
+json.dump({"status": status, "prefix": sys.prefix, "source_tree_on_path": on_path,
+           "cwd": os.getcwd(), "modules": loaded_files()}, open(report_path, "w"))
+'''
+
+
+def expected_members() -> set[str]:
+    """Every module and data file of the package folders, as the source tree has them."""
+    found = set()
+    for folder in PACKAGE_FOLDERS:
+        for name in os.listdir(os.path.join(SOURCE_TREE, folder)):
+            if name.endswith(".py") or (folder == "source_manifests" and
+                                        name.endswith(DATA_SUFFIXES)):
+                found.add(f"{folder}/{name}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> str:
+    """The archive Beam's stager would build for `--setup_file ./setup.py` (same command)."""
+    outdir = tmp_path_factory.mktemp("sdist")
+    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir",
+                    str(outdir), SOURCE_TREE], cwd=SOURCE_TREE, check=True,
+                   capture_output=True)
+    archives = [n for n in os.listdir(outdir) if n.endswith(".tar.gz")]
+    assert len(archives) == 1, archives
+    return str(outdir / archives[0])
+
+
+@pytest.fixture(scope="module")
+def venv_python(sdist, tmp_path_factory) -> str:
+    """A fresh virtual environment with the sdist installed (see the module docstring)."""
+    pytest.importorskip("wheel", reason="installing an sdist offline needs the `wheel` package")
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--no-build-isolation", sdist], check=True, capture_output=True,
+                   cwd=str(venv))
+    return python
+
+
+def test_sdist_holds_every_module_and_manifest(sdist):
+    with tarfile.open(sdist) as archive:
+        names = archive.getnames()
+    root = names[0].split("/", 1)[0]
+    members = {n.split("/", 1)[1] for n in names if "/" in n}
+    missing = expected_members() - members
+    assert not missing, f"the sdist lacks {sorted(missing)}"
+    assert {"setup.py", "PKG-INFO"} <= members
+    manifests = {m for m in members if m.startswith("source_manifests/")
+                 and m.endswith(DATA_SUFFIXES)}
+    assert len(manifests) >= 7 and root.startswith("proactivebench")
+
+
+def test_installed_sdist_builds_the_benchmark_outside_the_source_tree(
+        venv_python, tmp_path, built_miniature):
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    (workdir / "driver.py").write_text(DRIVER)
+    report_path = str(workdir / "where.json")
+    output = str(workdir / "out")
+    # No --sources_root: the installed package writes its own miniature sources under workdir.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    done = subprocess.run([venv_python, "driver.py", SOURCE_TREE, report_path,
+                           f"--output={output}", "--runner=FnApiRunner"],
+                          cwd=str(workdir), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    where = json.load(open(report_path))
+    assert where["status"] == 0
+    venv = where["prefix"]
+    assert where["source_tree_on_path"] == []
+    assert not where["cwd"].startswith(SOURCE_TREE)
+    assert where["modules"]["proactivebench_builder.pipeline"].startswith(venv + os.sep)
+    from_elsewhere = {n: f for n, f in where["modules"].items()
+                      if f is not None and not f.startswith(venv + os.sep)}
+    assert not from_elsewhere, f"modules not loaded from the installed copy: {from_elsewhere}"
+    assert "proactivebench_builder.transforms.quickdraw" in where["modules"]
+    assert os.path.isdir(workdir / "build" / "miniature_sources")
+    # The installed code builds exactly what the source tree builds.
+    installed, reference = shard_files(output), shard_files(built_miniature)
+    assert installed and sorted(installed) == sorted(reference)
+    for name in installed:
+        assert installed[name] == reference[name], f"{name} differs from the source-tree build"
+    for report in ("dead_letters.jsonl",):
+        with open(os.path.join(output, "reports", report), "rb") as a, \
+                open(os.path.join(built_miniature, "reports", report), "rb") as b:
+            assert a.read() == b.read()

@@ -188,6 +188,10 @@ def run_build(argv: list[str]) -> dict:
     run_pipeline(options, params)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     print(summary_table(report["scenarios"]))
+    if params["selection"]["mode"] != "none":
+        filters = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR,
+                                                           "filter.json")))
+        print(filter_table(filters["scenarios"]))
     write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
     if opts.final_validation != "off":
@@ -206,6 +210,24 @@ def summary_table(scenarios: dict) -> str:
         rows.append((name, r["raw_items"], sum(r["excluded"].values()), r["samples"], r["kept"],
                      r["dead_letters"], r["shards"]["test"] + r["shards"]["unfiltered"],
                      r["bytes"]["test"] + r["bytes"]["unfiltered"]))
+    return format_table(rows)
+
+
+def filter_table(scenarios: dict) -> str:
+    """The leakage filter per scenario: samples and mean first-round accuracy before/after."""
+    def pct(value):
+        return "-" if value is None else f"{100 * value:.1f}%"
+
+    rows = [("scenario", "mode", "before", "after", "first-round acc before", "after", "models")]
+    for name, f in sorted(scenarios.items()):
+        rows.append((name, f["mode"], f["before"], f["after"],
+                     pct(f.get("first_round_accuracy_before")),
+                     pct(f.get("first_round_accuracy_after")), f.get("models", "-")))
+    return format_table(rows)
+
+
+def format_table(rows: list[tuple]) -> str:
+    header = rows[0]
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
@@ -223,9 +245,21 @@ def check_bad_fraction(scenarios: dict, limit: float) -> None:
                           "See reports/dead_letters.jsonl for every path and reason.")
 
 
+def configure_logging() -> None:
+    """Our progress lines at INFO on stderr; Beam's own chatter stays at its default level
+    (Beam installs a root handler on import, so `basicConfig` alone would do nothing)."""
+    if LOG.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    LOG.addHandler(handler)
+    LOG.setLevel(logging.INFO)
+    LOG.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     if argv and argv[0] in subcommands():
         module_name, _ = subcommands()[argv[0]]
         import importlib

@@ -13,12 +13,11 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import read_jsonl, run
 
 distributed = pytest.importorskip("distributed")
 
-from proactivebench_builder.pipeline.cli import run_build  # noqa: E402
+from proactivebench_builder.pipeline.cli import run_build
 
 # Files whose text records the command line, which names the runner; compared without it.
 STAMPED = {"README.md", os.path.join("reports", "build.json")}

@@ -28,8 +28,11 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2"],
+        # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test)
+        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel"],
         "dask": ["dask[distributed]>=2024.8"],
+        "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
+        "s3": ["s3fs"],
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [

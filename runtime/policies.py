@@ -70,6 +70,7 @@ class RandomPolicy(Model):
 
     def __init__(self, seed: int = 0):
         self.seed = seed
+        self.name = f"random:{seed}"  # each seed is a different "model" in stored predictions
 
     def answer(self, observation, env) -> str:
         rng = random.Random(f"{self.seed}|{env.key}|{observation.num_turns}")

@@ -176,3 +176,27 @@ def test_released_keep_list_on_an_imported_pool(tmp_path, built_miniature):
     assert kept == pool_ids & released["QuickDraw"]
     stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
     assert len(stats["missing_ids"]) == len(released["QuickDraw"] - pool_ids)
+
+
+def test_runtime_first_round_predictions_feed_the_filter(tmp_path, miniature_root, built_miniature):
+    """Run models -> store first-round predictions -> filter, as one loop."""
+    from proactivebench_builder.runtime.cli import main as evaluate
+
+    files = []
+    for model in ("random:1", "random:2", "random:3", "first-option"):
+        path = tmp_path / f"{model.replace(':', '_')}.jsonl"
+        assert evaluate(["evaluate", "--data", built_miniature, "--model", model,
+                         "--scenarios", "quickdraw", "--split", "unfiltered",
+                         "--first-round-only", "--results", str(path)]) == 0
+        files.append(path.read_text())
+    merged = tmp_path / "predictions.jsonl"
+    merged.write_text("".join(files))
+    rows = [json.loads(line) for line in merged.read_text().splitlines()]
+    out = str(tmp_path / "out")
+    run(out, miniature_root, "quickdraw", f"--predictions={merged}", "--no_train")
+    kept = set(datasets.load_dataset(out, name="QuickDraw", split="test")["key"])
+    correct = {}
+    for row in rows:
+        correct.setdefault(row["key"], []).append(bool(row["correct"]))
+    expected = {k for k, votes in correct.items() if sum(votes) / len(votes) < 0.25}
+    assert kept == expected and len(correct) == 60

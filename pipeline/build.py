@@ -24,11 +24,14 @@ from proactivebench_builder.pipeline.shards import AssignIdsAndShards, WriteShar
 LOG = logging.getLogger(__name__)
 
 
-def scenario_instance(name: str, params: dict):
-    """A scenario object on the worker, built from plain parameters."""
+def scenario_instance(name: str, params: dict, root: str | None = None):
+    """A scenario object on the worker, built from plain parameters: the seed, its source root
+    (or `root`) and the manifest parameters overridden with --set."""
     from proactivebench_builder.transforms import get_scenario
 
-    return get_scenario(name)(params["seed"], params["sources"][name])
+    scenario = get_scenario(name)(params["seed"], root or params["sources"][name])
+    scenario.params.update(params.get("overrides", {}).get(name, {}))
+    return scenario
 
 
 class ListUnits(beam.DoFn):

@@ -71,6 +71,24 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     return sources
 
 
+def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
+    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests."""
+    import yaml
+
+    overrides: dict[str, dict] = {}
+    for item in items:
+        target, sep, value = item.partition("=")
+        name, dot, parameter = target.partition(".")
+        if not sep or not dot or name not in scenarios:
+            raise SystemExit(f"--set expects SCENARIO.PARAMETER=VALUE for a chosen scenario, "
+                             f"got {item!r}")
+        if parameter not in load_manifest(name)["parameters"]:
+            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
+                             f"source_manifests/{name}.yaml)")
+        overrides.setdefault(name, {})[parameter] = yaml.safe_load(value)
+    return overrides
+
+
 def selection_settings(opts: BuildOptions) -> dict:
     """The filter settings, checked before any work: a bad predictions file or a keep-list on a
     freshly built pool stops here with a clear message."""
@@ -109,7 +127,8 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
     selection = selection_settings(opts)
     params = {"seed": opts.seed, "output": _absolute(opts.output),
               "export_upstream": not opts.no_upstream_export,
-              "config_to_scenario": config_to_scenario}
+              "config_to_scenario": config_to_scenario,
+              "overrides": parameter_overrides(opts.overrides, scenarios)}
     if opts.import_upstream:
         folder = _absolute(opts.import_upstream)
         configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
@@ -131,6 +150,7 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
         "command": "run_pipeline.py " + " ".join(argv),
         "seed": opts.seed,
         "origin": selection["origin"],
+        "parameter_overrides": params["overrides"],
         "manifests": {n: {"sha256": manifest_sha256(n)} for n in sorted(scenarios)},
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }

@@ -68,7 +68,7 @@ class ImportRecord(beam.DoFn):
         self.params = params
 
     def process(self, element):
-        from proactivebench_builder.transforms import get_scenario
+        from proactivebench_builder.pipeline.build import scenario_instance
         from proactivebench_builder.transforms.base import BadItem
 
         name, config, number, line = element
@@ -81,7 +81,7 @@ class ImportRecord(beam.DoFn):
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             yield results.dead_letter(name, where, f"malformed upstream record: {err}")
             return
-        scenario = get_scenario(name)(self.params["seed"], folder)
+        scenario = scenario_instance(name, self.params, folder)
         try:
             urls = [fileio.join(folder, scenario.frame_path(row, f)) for f in row["frame_ids"]]
             for url in urls:

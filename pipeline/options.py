@@ -26,6 +26,12 @@ class BuildOptions(PipelineOptions):
             "--scenarios", default="all",
             help="Comma-separated scenario names to build (default: every registered scenario).")
         parser.add_argument(
+            "--set", action="append", default=[], dest="overrides",
+            metavar="SCENARIO.PARAMETER=VALUE",
+            help="Override one manifest parameter for this build, e.g. "
+                 "--set quickdraw.samples_per_class=2 (YAML value; repeatable; recorded in the "
+                 "card's reproducibility stamp).")
+        parser.add_argument(
             "--seed", type=int, default=0,
             help="Global seed; every random choice derives from (seed, scenario, key).")
         parser.add_argument(

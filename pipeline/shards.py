@@ -36,10 +36,10 @@ class AssignIdsAndShards(beam.DoFn):
 
     def process(self, element):
         from proactivebench_builder.filters.selection import apply_selection
-        from proactivebench_builder.transforms import get_scenario
+        from proactivebench_builder.pipeline.build import scenario_instance
 
         name, values = element
-        cls = get_scenario(name)
+        scenario = scenario_instance(name, self.params)
         samples = sorted((v for v in values if v["kind"] == "sample"),
                          key=lambda v: (v["key"], repr(v["row"]["source"])))
         selection_values = [v for v in values if v["kind"] != "sample"]
@@ -59,13 +59,12 @@ class AssignIdsAndShards(beam.DoFn):
             rows.sort(key=lambda r: r["id"])
             if len({r["id"] for r in rows}) != len(rows):
                 raise ValueError(f"{name}: the imported release repeats ids")
-        kept, report = apply_selection(name, cls.config_name, rows, selection_values,
+        kept, report = apply_selection(name, scenario.config_name, rows, selection_values,
                                        self.params["selection"])
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
-        yield {"kind": "pool", "scenario": name, "config": cls.config_name,
+        yield {"kind": "pool", "scenario": name, "config": scenario.config_name,
                "samples": len(rows), "kept": len(kept), "filter": report}
-        rows_per_shard = int(cls(self.params["seed"], self.params["sources"][name])
-                             .params.get("rows_per_shard", 500))
+        rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
         for split, split_rows in ((UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])):
             plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, f"{name}/{split}")
             for row in split_rows:
@@ -84,10 +83,10 @@ class WriteShard(beam.DoFn):
 
     def process(self, element):
         from proactivebench_builder.pipeline import upstream_export
-        from proactivebench_builder.transforms import get_scenario
+        from proactivebench_builder.pipeline.build import scenario_instance
 
         (split, name, index, count), rows = element
-        scenario = get_scenario(name)(self.params["seed"], self.params["sources"][name])
+        scenario = scenario_instance(name, self.params)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.params.get("export_upstream", True)
         output = self.params["output"]

@@ -30,9 +30,9 @@ def train_label(name: str) -> str:
 
 
 def _scenario(name: str, params: dict):
-    from proactivebench_builder.transforms import get_scenario
+    from proactivebench_builder.pipeline.build import scenario_instance
 
-    return get_scenario(name)(params["seed"], params["train_sources"][name])
+    return scenario_instance(name, params, params["train_sources"][name])
 
 
 class ListTrainUnits(beam.DoFn):

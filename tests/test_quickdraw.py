@@ -114,3 +114,13 @@ def test_render_is_deterministic():
     scenario = QuickDraw(0, "/nonexistent")
     ref = {"kind": "strokes", "strokes": [[[0, 255], [0, 255]]]}
     assert scenario.load_frame(ref) == scenario.load_frame(ref)
+
+
+def test_manifest_parameters_can_be_overridden_per_build(tmp_path, miniature_root):
+    out = str(tmp_path / "out")
+    report = run(out, miniature_root, "quickdraw", "--set", "quickdraw.samples_per_class=2",
+                 "--no_train")
+    assert report["scenarios"]["quickdraw"]["samples"] == 2 * 6
+    assert report["stamp"]["parameter_overrides"] == {"quickdraw": {"samples_per_class": 2}}
+    with pytest.raises(SystemExit, match="has no parameter 'samples'"):
+        run(out, miniature_root, "quickdraw", "--set", "quickdraw.samples=2")

@@ -26,6 +26,7 @@ class TreeSampler(threading.Thread):
         self.peak_rss = 0
         self.peak_processes = 0
         self.cpu_seconds: dict[int, float] = {}
+        self.peak_by_process: dict[int, int] = {}
         self._halt = threading.Event()
 
     def run(self):
@@ -41,7 +42,9 @@ class TreeSampler(threading.Thread):
         total = 0
         for proc in procs:
             try:
-                total += proc.memory_info().rss
+                rss = proc.memory_info().rss
+                total += rss
+                self.peak_by_process[proc.pid] = max(self.peak_by_process.get(proc.pid, 0), rss)
                 times = proc.cpu_times()
                 self.cpu_seconds[proc.pid] = times.user + times.system
             except psutil.NoSuchProcess:
@@ -69,9 +72,12 @@ def run_build(sources_root: str, output: str, log_path: str, mode: str = "multi_
     command = build_command(sources_root, output, mode, workers, extra or [])
     with open(log_path, "w") as log:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                cwd=REPO)
         sampler = TreeSampler(proc.pid)
         sampler.start()
+        for line in proc.stdout:  # each line stamped with the seconds since the start
+            log.write(f"{time.perf_counter() - start:8.2f} {line.decode(errors='replace')}")
         code = proc.wait()
         wall = time.perf_counter() - start
         sampler.stop()
@@ -82,6 +88,7 @@ def run_build(sources_root: str, output: str, log_path: str, mode: str = "multi_
     return {"command": " ".join(command[1:]), "wall_s": wall,
             "cpu_s": sum(sampler.cpu_seconds.values()),
             "peak_rss_bytes": sampler.peak_rss, "processes": sampler.peak_processes,
+            "peak_rss_by_process": sorted(sampler.peak_by_process.values(), reverse=True),
             "samples": {n: r["samples"] for n, r in report["scenarios"].items()},
             "dead_letters": {n: r["dead_letters"] for n, r in report["scenarios"].items()},
             "output_bytes": folder_bytes(output)}

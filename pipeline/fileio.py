@@ -3,10 +3,20 @@
 so a reader (or a crashed run) never sees half a file under its final name."""
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 
 import fsspec
+
+# Local paths skip fsspec: its open() costs ~0.1 ms per file, which adds up over ~100k frames
+# read twice and exported once. Any URL with a scheme (gs://, memory://, file://) goes
+# through fsspec as before.
+_MADE_DIRS: set[str] = set()
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url
 
 
 def filesystem(url: str):
@@ -20,6 +30,9 @@ def join(base: str, *parts: str) -> str:
 
 
 def read_bytes(url: str) -> bytes:
+    if is_local(url):
+        with open(url, "rb") as handle:
+            return handle.read()
     fs, path = filesystem(url)
     with fs.open(path, "rb") as handle:
         return handle.read()
@@ -49,12 +62,32 @@ def temporary_name(final_path: str) -> str:
 
 
 def write_bytes_atomic(url: str, data: bytes) -> None:
+    if is_local(url):
+        _write_local_atomic(url, data)
+        return
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     tmp = temporary_name(path)
     with fs.open(tmp, "wb") as handle:
         handle.write(data)
     fs.mv(tmp, path)
+
+
+def _write_local_atomic(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path) or "."
+    if folder not in _MADE_DIRS:  # one makedirs per folder and process, not per file
+        os.makedirs(folder, exist_ok=True)
+        _MADE_DIRS.add(folder)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+    except FileNotFoundError:  # the folder was removed since it was made (a rebuild)
+        _MADE_DIRS.discard(folder)
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+    os.replace(tmp, path)
 
 
 def remove(url: str) -> None:

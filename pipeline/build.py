@@ -42,7 +42,9 @@ class ListUnits(beam.DoFn):
         units = scenario_instance(name, self.params).list_units()
         LOG.info("%s: %d units of raw reading", name, len(units))
         for unit in units:
-            yield name, unit
+            # A unit named by a non-UTF-8 file name cannot cross a Beam coder: it travels as
+            # its escaped text and becomes a dead letter in ReadUnit.
+            yield name, results.utf8_unit(unit)
 
 
 class ReadUnit(beam.DoFn):
@@ -54,12 +56,18 @@ class ReadUnit(beam.DoFn):
     def process(self, element):
         name, unit = element
         scenario = scenario_instance(name, self.params)
+        if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name
+            yield results.count(name, "raw_items", 1)
+            yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
+            return
         try:
-            yield from scenario.read_unit(unit)
+            for value in scenario.read_unit(unit):
+                yield results.utf8_safe(value)
         except Exception as err:  # noqa: BLE001 - errors are values here
             LOG.warning("%s: unit %s failed: %s", name, unit, err)
             yield results.count(name, "raw_items", 1)
-            yield scenario.dead_letter(unit, f"unreadable source unit: {type(err).__name__}: {err}")
+            yield results.utf8_safe(scenario.dead_letter(
+                unit, f"unreadable source unit: {type(err).__name__}: {err}"))
 
 
 class BuildSample(beam.DoFn):

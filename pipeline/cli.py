@@ -199,6 +199,8 @@ def run_build(argv: list[str]) -> dict:
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
     params = build_params(opts, argv)
+    if opts.verify_sources:
+        check_sources(params)
     runner = configure_runner(options)
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
@@ -220,6 +222,19 @@ def run_build(argv: list[str]) -> dict:
             raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
                               f"places, e.g.: " + "; ".join(problems[:5]))
     return report
+
+
+def check_sources(params: dict) -> None:
+    from proactivebench_builder.pipeline.verify_sources import verify_sources
+
+    if params.get("import_upstream"):
+        raise SystemExit("--verify_sources checks raw sources against their manifests; an "
+                         "imported upstream release has no such pins")
+    problems = verify_sources(params["sources"])
+    if problems:
+        raise SystemExit("source verification failed (nothing was built):\n  " +
+                         "\n  ".join(problems))
+    LOG.info("sources agree with their manifests' pins")
 
 
 def summary_table(scenarios: dict) -> str:

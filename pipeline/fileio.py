@@ -4,6 +4,7 @@ so a reader (or a crashed run) never sees half a file under its final name."""
 from __future__ import annotations
 
 import os
+import hashlib
 import posixpath
 import uuid
 
@@ -94,3 +95,13 @@ def remove(url: str) -> None:
     fs, path = filesystem(url)
     if fs.exists(path):
         fs.rm(path)
+
+
+def sha256(url: str) -> str:
+    """SHA-256 of a file, streamed in 1 MiB blocks (archives can be gigabytes)."""
+    fs, path = filesystem(url)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -58,6 +58,10 @@ class BuildOptions(PipelineOptions):
             help="Build from an upstream release folder (<config>_preprocessed.jsonl plus its "
                  "image folders) instead of the raw sources, keeping upstream's ids.")
         parser.add_argument(
+            "--verify_sources", action="store_true",
+            help="Before any work, compare each source folder with its manifest's pinned file "
+                 "counts (expected_files) and sha256 checksums, and stop listing every mismatch.")
+        parser.add_argument(
             "--max_bad_fraction", type=float, default=0.05,
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "
                  "items (default: %(default)s).")

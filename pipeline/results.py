@@ -22,5 +22,56 @@ def count(scenario: str, what: str, n: int = 1) -> dict:
     return {"kind": "count", "scenario": scenario, "what": what, "n": n}
 
 
+# ---- names that are not UTF-8 ----------------------------------------------------------------
+# A file name read from disk whose bytes are not UTF-8 arrives with surrogate escapes, which no
+# Beam coder can encode: such values are turned into dead letters with the name made readable.
+
+def not_utf8(value):
+    """The first string inside `value` that UTF-8 cannot encode (a file name read from disk
+    with bytes that are not UTF-8 arrives with surrogate escapes), else None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    if isinstance(value, dict):
+        value = list(value.keys()) + list(value.values())
+    if isinstance(value, (list, tuple)):
+        for part in value:
+            bad = not_utf8(part)
+            if bad is not None:
+                return bad
+    return None
+
+
+def escaped(text: str) -> str:
+    """Readable, UTF-8-safe text of a name: the raw bytes that are not UTF-8 shown as \\xNN."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def non_utf8_reason(text: str) -> str:
+    return f"non-UTF-8 file name: {text}"
+
+
+def utf8_safe(value: dict) -> dict:
+    """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate becomes a
+    dead letter of its key, a dead letter or count gets escaped text."""
+    bad = not_utf8(value)
+    if bad is None:
+        return value
+    if value["kind"] == "candidate":
+        return dead_letter(value["scenario"], escaped(value["key"]),
+                                   non_utf8_reason(escaped(bad)), escaped(value["key"]))
+    return {k: escaped(v) if isinstance(v, str) else v for k, v in value.items()}
+
+
+def utf8_unit(unit: str):
+    """A unit of raw reading as it can cross a coder: a name that is not UTF-8 travels as its
+    escaped text, to become one dead letter where it is read."""
+    bad = not_utf8(unit)
+    return {"not_utf8": escaped(unit), "text": escaped(bad)} if bad else unit
+
+
 def is_kind(kind: str):
     return lambda value: value["kind"] == kind

@@ -41,7 +41,7 @@ class ListTrainUnits(beam.DoFn):
 
     def process(self, name):
         for unit in _scenario(name, self.params).list_train_units():
-            yield name, unit
+            yield name, results.utf8_unit(unit)
 
 
 class ReadTrainUnit(beam.DoFn):
@@ -51,13 +51,17 @@ class ReadTrainUnit(beam.DoFn):
     def process(self, element):
         name, unit = element
         scenario = _scenario(name, self.params)
-        try:
-            values = list(scenario.read_train_unit(unit))
-        except Exception as err:  # noqa: BLE001 - errors are values
+        if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name
             values = [results.count(name, "raw_items"),
-                      scenario.dead_letter(unit, f"unreadable source unit: {err}")]
+                      scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))]
+        else:
+            try:
+                values = list(scenario.read_train_unit(unit))
+            except Exception as err:  # noqa: BLE001 - errors are values
+                values = [results.count(name, "raw_items"),
+                          scenario.dead_letter(unit, f"unreadable source unit: {err}")]
         for value in values:
-            yield dict(value, scenario=train_label(name))
+            yield dict(results.utf8_safe(value), scenario=train_label(name))
 
 
 class BuildTrainExample(beam.DoFn):

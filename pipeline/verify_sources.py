@@ -23,13 +23,11 @@ Choices:
 """
 from __future__ import annotations
 
-import hashlib
 import re
 
 from proactivebench_builder.pipeline import fileio
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
-BLOCK = 1 << 20
 
 
 def verify_sources(sources: dict[str, str], manifests: dict[str, dict] | None = None) -> list[str]:
@@ -79,15 +77,6 @@ def _check_count(name: str, root: str, pattern: str, expected) -> list[str]:
     return []
 
 
-def file_sha256(url: str) -> str:
-    fs, path = fileio.filesystem(url)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
     expected = str(digest).strip().lower()
     if not SHA256_PATTERN.match(expected):
@@ -98,7 +87,7 @@ def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
     if not fs.isfile(path):
         return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
     try:
-        actual = file_sha256(url)
+        actual = fileio.sha256(url)
     except OSError as err:
         return [f"{name}: unreadable file {relative!r}: {err}"]
     if actual != expected:

@@ -7,7 +7,6 @@ numbered without gaps; every file is written under a temporary name and renamed 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 
 import pyarrow as pa
@@ -96,16 +95,4 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    return {"rows": count, "bytes": fs.size(path), "sha256": file_sha256(url)}
-
-
-def file_sha256(url: str) -> str:
-    fs, path = fileio.filesystem(url)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-assert set(COLUMNS) >= {"id", "key", "frames"}
+    return {"rows": count, "bytes": fs.size(path), "sha256": fileio.sha256(url)}

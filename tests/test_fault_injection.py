@@ -21,10 +21,6 @@ every scenario that reads images: ImageNet-C, ROD, VSOD, MVP-N, ChangeIt, COCO):
     cut archive / list    ROD: a .tar.gz cut short; MVP-N: a pickle cut short; ChangeIt: an
                           annotation cut mid-line
     non-UTF-8 file name   a name with a byte that is not UTF-8 (test_non_utf8_file_name below)
-
-A few expectations describe behaviour a scenario does not have yet; they are listed in
-KNOWN_ISSUES with the patch that fixes them, and the test ends in xfail (after checking
-everything else) while they remain.
 """
 from __future__ import annotations
 
@@ -46,13 +42,6 @@ from proactivebench_builder.transforms import get_scenario
 
 SCENARIOS = ("quickdraw", "imagenet_c", "rod", "vsod", "mvpn", "changeit", "coco")
 ARGS = ("--max_bad_fraction=0.9", "--no_train")
-
-# (scenario, fault kind) -> what is wrong today and the patch that fixes it.
-KNOWN_ISSUES = {
-    ("rod", "unknown class"): "the dead letter names the sample key, not a source path "
-                              "(/tmp/fix_rod.patch)",
-}
-
 
 @dataclass
 class Fault:
@@ -468,20 +457,14 @@ def test_faults_become_dead_letters(tmp_path, miniature_root, name):
             if d["scenario"] == name]
     check_accounting(report, dead)
     check_dead_letter_paths(dead)
-    known, missing = [], []
+    missing = []
     for fault in faults:
         found = matching(dead, fault)
-        if len(found) >= fault.count:
-            continue
-        if (name, fault.kind) in KNOWN_ISSUES:
-            known.append(f"{fault.kind}: {KNOWN_ISSUES[(name, fault.kind)]}")
-        else:
+        if len(found) < fault.count:
             missing.append(f"{fault.kind} ({fault.path!r}, {fault.reason!r}, x{fault.count}): "
                            f"found {found}")
     assert not missing, "faults not reported as expected:\n" + "\n".join(missing) + \
         "\nall dead letters:\n" + "\n".join(json.dumps(d) for d in dead)
-    if known:
-        pytest.xfail("; ".join(known))
 
 
 # ---- non-UTF-8 file names ------------------------------------------------------------------
@@ -517,9 +500,6 @@ def inject_non_utf8(name: str, root: str) -> None:
                     os.fsencode(notes) + b"/caf\xe9.fps1.csv")
 
 
-@pytest.mark.xfail(strict=True, raises=Exception,
-                   reason="a non-UTF-8 name cannot cross a Beam coder (UnicodeEncodeError, the "
-                          "whole build fails); fixed by /tmp/fix_pipeline_non_utf8.patch")
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if n != "coco"])
 def test_non_utf8_file_name(tmp_path, miniature_root, name):
     """COCO is left out: it opens the names its JSON gives, never a listing."""
@@ -555,3 +535,15 @@ def test_max_bad_fraction_fails_the_build_with_a_clear_message(tmp_path, miniatu
     # The report is written before the check, so the user can see every path and reason.
     assert os.path.exists(tmp_path / "b" / "reports" / "dead_letters.jsonl")
     assert main([f"--output={tmp_path / 'c'}", "--max_bad_fraction=0.9", *common]) == 0
+
+
+def test_non_utf8_file_name_in_the_train_branch(tmp_path, miniature_root):
+    """The train split reads QuickDraw's files too: the bad name is a dead letter there as well."""
+    sources_root, root = copy_source(miniature_root, tmp_path, "quickdraw")
+    inject_non_utf8("quickdraw", root)
+    output = str(tmp_path / "out")
+    run(output, sources_root, "quickdraw", "--max_bad_fraction=0.9")
+    dead = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+    by_branch = {d["scenario"] for d in dead if "non-UTF-8 file name" in d["reason"]}
+    assert by_branch == {"quickdraw", "quickdraw/train"}
+    assert all("caf\\xe9" in d["path"] for d in dead if "non-UTF-8" in d["reason"])

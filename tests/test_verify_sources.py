@@ -116,3 +116,14 @@ def test_packaged_manifests_against_miniatures(miniature_root):
     assert "coco: expected 40504 files matching 'val2014/COCO_val2014_*.jpg', found 13" \
            in "\n".join(problems)
     assert not [p for p in problems if "manifest problem" in p], problems
+
+
+def test_verify_sources_flag_stops_a_build_before_any_work(tmp_path, miniature_root):
+    """The bundled miniatures do not match the real downloads' pins: every mismatch is listed
+    and nothing is written."""
+    from conftest import run
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"(?s)source verification failed.*quickdraw.*345"):
+        run(str(out), miniature_root, "quickdraw", "--verify_sources")
+    assert not out.exists()

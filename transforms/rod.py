@@ -352,8 +352,12 @@ class ROD(Scenario):
         return [chosen[i] for i in range(n)]
 
     def build_sample(self, key: str, item: dict) -> dict:
-        cls = self.canonical_class(item["token"])
-        occluder = occluder_of(item["setting"], self.params["occluders"])
+        try:
+            cls = self.canonical_class(item["token"])
+            occluder = occluder_of(item["setting"], self.params["occluders"])
+        except BadItem as err:  # a name problem: point at a member of the sequence
+            first = item["frames"][min(item["frames"], key=int)][0]["path"]
+            raise BadItem(err.reason, err.path or first) from None
         frames = self.resolve_frames(item)
         extensions = sorted({f["ext"] for f in frames})
         if len(extensions) != 1:

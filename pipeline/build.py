@@ -148,6 +148,9 @@ class BuildBenchmark(beam.PTransform):
                 | "ListUnits" >> beam.ParDo(ListUnits(p))
                 | "SpreadUnits" >> Spread()
                 | "ReadUnits" >> beam.ParDo(ReadUnit(p))
+                # units differ a lot in size (a COCO read shard, a QuickDraw file): spread the
+                # small candidates again so both workers share the validation work
+                | "SpreadCandidates" >> Spread()
                 | "BuildSamples" >> beam.ParDo(BuildSample(p))
             )
         samples = raw | "Samples" >> beam.Filter(results.is_kind("sample"))

@@ -105,3 +105,13 @@ def sha256(url: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def copy_atomic(source: str, target: str) -> None:
+    """Copy a file under a temporary name, then rename it (same filesystem assumed)."""
+    fs, src = filesystem(source)
+    _, dst = filesystem(target)
+    fs.makedirs(posixpath.dirname(dst) or ".", exist_ok=True)
+    tmp = temporary_name(dst)
+    fs.copy(src, tmp)
+    fs.mv(tmp, dst)

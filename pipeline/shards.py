@@ -65,13 +65,19 @@ class AssignIdsAndShards(beam.DoFn):
         yield {"kind": "pool", "scenario": name, "config": scenario.config_name,
                "samples": len(rows), "kept": len(kept), "filter": report}
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
-        for split, split_rows in ((UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])):
-            plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, f"{name}/{split}")
+        # Both splits use one shard plan (salted by the scenario alone), so when the test split
+        # keeps the whole pool its shards are the pool's, byte for byte: written once, copied.
+        same = len(kept) == len(rows)
+        splits = [(UNFILTERED, rows)] if same else [
+            (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
+        for split, split_rows in splits:
+            plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, name)
             for row in split_rows:
                 index, count = plan[row["key"]]
-                yield {"kind": "shard_row", "shard": (split, name, index, count), "row": row}
+                yield {"kind": "shard_row", "shard": (split, name, index, count, same),
+                       "row": row}
             if not split_rows:  # an empty split still gets its (empty) shard, as the card lists it
-                yield {"kind": "shard_row", "shard": (split, name, 0, 1), "row": None}
+                yield {"kind": "shard_row", "shard": (split, name, 0, 1, same), "row": None}
 
 
 class WriteShard(beam.DoFn):
@@ -85,7 +91,7 @@ class WriteShard(beam.DoFn):
         from proactivebench_builder.pipeline import upstream_export
         from proactivebench_builder.pipeline.build import scenario_instance
 
-        (split, name, index, count), rows = element
+        (split, name, index, count, copy_to_test), rows = element
         scenario = scenario_instance(name, self.params)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.params.get("export_upstream", True)
@@ -109,6 +115,12 @@ class WriteShard(beam.DoFn):
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
                    split=split, path=url)
+        if copy_to_test:
+            twin = fileio.join(split_folder(output, TEST, scenario.config_name),
+                               shard_name("test", index, count))
+            fileio.copy_atomic(url, twin)
+            yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
+                       split=TEST, path=twin)
         if export:
             for row in rows:
                 yield {"kind": "upstream_line", "config": scenario.config_name, "id": row["id"],

@@ -146,6 +146,7 @@ class BuildTrainSplit(beam.PTransform):
                   | "ListTrainUnits" >> beam.ParDo(ListTrainUnits(p))
                   | "SpreadTrainUnits" >> Spread()
                   | "ReadTrainUnits" >> beam.ParDo(ReadTrainUnit(p))
+                  | "SpreadTrainCandidates" >> Spread()
                   | "BuildTrainExamples" >> beam.ParDo(BuildTrainExample(p)))
         examples = values | "TrainExamples" >> beam.Filter(results.is_kind("train_example"))
         others = values | "TrainReports" >> beam.Filter(lambda v: v["kind"] != "train_example")

@@ -66,10 +66,19 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return paths
 
 
+MAX_ROW_GROUP_BYTES = 32 << 20  # image bytes per row group: bounds memory and viewer row groups
+
+
+def _image_bytes(row: dict) -> int:
+    return sum(len(image["bytes"] or b"") for column in ("frames", "images")
+               for image in row.get(column) or ())
+
+
 def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) -> dict:
     """Write `rows` (an iterable of dicts, already in order) to `url` atomically, streaming a
-    row group at a time so memory holds one row group. Returns the row count, byte size and
-    sha256 of the file (the dataset card and the publish plan name shards by content)."""
+    row group at a time so memory holds one row group (at most `rows_per_row_group` rows and
+    about MAX_ROW_GROUP_BYTES of image bytes). Returns the row count, byte size and sha256 of
+    the file (the dataset card and the publish plan name shards by content)."""
     compression, dictionary = _column_options(schema)
     fs, path = fileio.filesystem(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -79,13 +88,14 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
         with fs.open(tmp, "wb") as handle:
             writer = pq.ParquetWriter(handle, schema, compression=compression,
                                       use_dictionary=dictionary, write_statistics=dictionary)
-            batch = []
+            batch, batch_bytes = [], 0
             for row in rows:
                 batch.append({c: row.get(c) for c in schema.names})
-                if len(batch) >= rows_per_row_group:
+                batch_bytes += _image_bytes(row)
+                if len(batch) >= rows_per_row_group or batch_bytes >= MAX_ROW_GROUP_BYTES:
                     writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                     count += len(batch)
-                    batch = []
+                    batch, batch_bytes = [], 0
             if batch or count == 0:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 count += len(batch)

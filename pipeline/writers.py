@@ -66,7 +66,7 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return paths
 
 
-MAX_ROW_GROUP_BYTES = 32 << 20  # image bytes per row group: bounds memory and viewer row groups
+MAX_ROW_GROUP_BYTES = 8 << 20  # image bytes per row group: bounds memory and viewer row groups
 
 
 def _image_bytes(row: dict) -> int:

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
 import json
 import logging
@@ -429,9 +430,16 @@ def load_index(url: str) -> AnnotationIndex:
     pycocotools would crash on (no integer id / image_id) are set aside as malformed items."""
     with _CACHE_LOCK:
         if url not in _CACHE:
-            _CACHE.clear()  # one annotation file at a time: the train file is ~330 MB of JSON
+            # the test branch reads val2014 while the train branch reads train2014: keep both
+            # (compact: no segmentations) rather than re-parse them in turn, but no more
+            if len(_CACHE) >= 2:
+                _CACHE.pop(next(iter(_CACHE)))
             _CACHE[url] = _build_index(json.loads(fileio.read_bytes(url)))
+            gc.collect()  # the parsed file (segmentations and all) is garbage now
         return _CACHE[url]
+
+
+ANNOTATION_FIELDS = ("id", "image_id", "category_id", "bbox", "iscrowd", "area")
 
 
 def _is_int(value) -> bool:
@@ -460,7 +468,8 @@ def _build_index(dataset: dict) -> AnnotationIndex:
             malformed.append((f"annotations[{position}]",
                               "malformed annotation record: no integer id / image_id"))
         else:
-            annotations.append(ann)
+            # only what a sample needs: segmentations are most of the file and of its memory
+            annotations.append({k: ann[k] for k in ANNOTATION_FIELDS if k in ann})
     categories = [c for c in dataset.get("categories") or [] if isinstance(c, dict)]
     coco = COCO()
     coco.dataset = {"images": images, "annotations": annotations, "categories": categories}

@@ -80,6 +80,17 @@ class AssignIdsAndShards(beam.DoFn):
                 yield {"kind": "shard_row", "shard": (split, name, 0, 1, same), "row": None}
 
 
+def prefetch(scenario, rows: list[dict]) -> dict:
+    """{(row index, frame index): bytes} read in the scenario's `read_order`, when it has one
+    (ROD's tar.gz members: reading them in id order would re-decompress the archive for every
+    backward step); {} when frames are read in row order. Holds one shard's frames."""
+    order = [(scenario.read_order(ref), r, f) for r, row in enumerate(rows)
+             for f, ref in enumerate(row["frame_refs"])]
+    if not any(key for key, _, _ in order):
+        return {}
+    return {(r, f): scenario.load_frame(rows[r]["frame_refs"][f]) for _, r, f in sorted(order)}
+
+
 class WriteShard(beam.DoFn):
     """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
     pool it also writes the upstream layout's image files and JSONL lines."""
@@ -97,11 +108,13 @@ class WriteShard(beam.DoFn):
         export = split == UNFILTERED and self.params.get("export_upstream", True)
         output = self.params["output"]
 
+        prefetched = prefetch(scenario, rows)
+
         def materialized():
-            for row in rows:
+            for r, row in enumerate(rows):
                 frames = []
-                for fid, ref in zip(row["frame_ids"], row["frame_refs"]):
-                    data = scenario.load_frame(ref)
+                for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
+                    data = prefetched.pop((r, f)) if prefetched else scenario.load_frame(ref)
                     path = scenario.frame_path(row, fid)
                     frames.append({"bytes": data, "path": path})
                     if export:

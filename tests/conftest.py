@@ -63,6 +63,18 @@ def shard_files(output: str) -> dict[str, bytes]:
     return found
 
 
+def private_miniature(tmp_path_factory, name: str) -> str:
+    """A sources root holding only `name`'s miniature source, private to one test module."""
+    root = str(tmp_path_factory.mktemp(f"{name}_sources"))
+    return ensure_miniature_sources(root, {name: load_scenarios()[name]})
+
+
+def build_once(tmp_path_factory, sources_root: str, name: str, *extra: str) -> tuple[str, dict]:
+    """(output folder, build.json) of one build of `name` into a fresh folder."""
+    output = str(tmp_path_factory.mktemp(f"{name}_build") / "out")
+    return output, run(output, sources_root, name, *extra)
+
+
 @pytest.fixture(scope="session")
 def built_miniature(tmp_path_factory, miniature_root) -> str:
     """One default build of every scenario from the miniature sources, shared by read-only tests."""

@@ -2,9 +2,7 @@
 record semantics field by field, the real repository files, determinism, and bad raw items."""
 from __future__ import annotations
 
-import csv
 import io
-import json
 import os
 import shutil
 
@@ -12,7 +10,7 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run, shard_files
+from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.changeit import (
@@ -32,15 +30,12 @@ NULL_EXTRAS = ("strong_occlusions", "valid_images", "quality_answer", "direction
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> str:
     """Our own copy of the miniature (the shared build folder is other people's)."""
-    root = tmp_path_factory.mktemp("changeit_src")
-    ChangeIt.write_miniature(str(root / "changeit"))
-    return str(root)
+    return private_miniature(tmp_path_factory, "changeit")
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, source) -> tuple[str, dict]:
-    output = str(tmp_path_factory.mktemp("changeit_out") / "out")
-    return output, run(output, source, "changeit")
+    return build_once(tmp_path_factory, source, "changeit")
 
 
 def load_rows(output: str) -> list[dict]:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run, shard_files
+from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.coco import (
@@ -127,16 +127,12 @@ def check_trajectory(record: dict, width: int, height: int, obj: tuple):
 
 @pytest.fixture(scope="module")
 def source_root(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("coco_sources")
-    Coco.write_miniature(str(root / "coco"))
-    return str(root)
+    return private_miniature(tmp_path_factory, "coco")
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, source_root):
-    output = str(tmp_path_factory.mktemp("coco_built") / "out")
-    report = run(output, source_root, "coco")
-    return output, report
+    return build_once(tmp_path_factory, source_root, "coco")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run, shard_files
+from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_data_file, load_manifest
-from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.transforms import vocabulary
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.mvpn import (
@@ -32,9 +31,7 @@ def display(cls: str) -> str:
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("mvpn_sources"))
-    ensure_miniature_sources(root, {"mvpn": MVPN})
-    return os.path.join(root, MANIFEST["source_subdir"])
+    return os.path.join(private_miniature(tmp_path_factory, "mvpn"), MANIFEST["source_subdir"])
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +41,7 @@ def sources_root(source) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    output = str(tmp_path_factory.mktemp("mvpn_build") / "out")
-    return output, run(output, sources_root, "mvpn")
+    return build_once(tmp_path_factory, sources_root, "mvpn")
 
 
 @pytest.fixture(scope="module")

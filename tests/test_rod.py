@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run, shard_files
+from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.transforms import vocabulary
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.rod import (
@@ -29,9 +28,7 @@ SEQUENCES = {s["sequence"]: s for s in PARAMS["miniature_sequences"]}
 
 @pytest.fixture(scope="module")
 def sources_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("rod_sources"))
-    ensure_miniature_sources(root, {"rod": ROD})
-    return root
+    return private_miniature(tmp_path_factory, "rod")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +38,7 @@ def source(sources_root) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    output = str(tmp_path_factory.mktemp("rod_build") / "out")
-    return output, run(output, sources_root, "rod")
+    return build_once(tmp_path_factory, sources_root, "rod")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run, shard_files
+from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.transforms import vocabulary
 from proactivebench_builder.transforms.base import BadItem, SourceError
 from proactivebench_builder.transforms.vsod import (
@@ -29,9 +28,7 @@ VOCAB = MANIFEST["categories"]
 
 @pytest.fixture(scope="module")
 def sources_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("vsod_sources"))
-    ensure_miniature_sources(root, {"vsod": VSOD})
-    return root
+    return private_miniature(tmp_path_factory, "vsod")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +38,7 @@ def source(sources_root) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    output = str(tmp_path_factory.mktemp("vsod_build") / "out")
-    return output, run(output, sources_root, "vsod")
+    return build_once(tmp_path_factory, sources_root, "vsod")
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,12 @@ class Scenario:
             return fileio.read_bytes(ref["url"])
         raise ValueError(f"{self.name}: unknown frame kind {ref['kind']!r}")
 
+    def read_order(self, ref: dict) -> tuple:
+        """A sort key for reading frames, when reading them in row order is slow (members of a
+        compressed archive, which can only be read forward): the shard writer then reads a
+        shard's frames in this order before writing its rows in id order. () = row order."""
+        return ()
+
     def frame_path(self, row: dict, frame_id: int) -> str:
         """The template filled for one frame: where the frame lives in the upstream layout.
         Default: the `{image}` slot zero-padded to 4 digits (VSOD, MVP-N, QuickDraw)."""

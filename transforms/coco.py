@@ -414,11 +414,26 @@ def _rank_negatives(answer_id: int, table: dict[int, dict], affinity: dict, k: i
 # ---- reading the annotation file -----------------------------------------------------------
 
 @dataclass
+class ImageObjects:
+    """What a sample needs of one image's annotations: their counts, and the lone annotation
+    when there is one (an image with several objects is excluded without looking further)."""
+    count: int = 0               # every annotation, crowd regions included
+    count_non_crowd: int = 0
+    single: dict | None = None           # the annotation, when count == 1
+    single_non_crowd: dict | None = None  # the non-crowd annotation, when count_non_crowd == 1
+
+
+@dataclass
 class AnnotationIndex:
-    """A pycocotools index of the well-formed records, plus the records it could not hold."""
-    coco: object
-    malformed: list            # [(location, reason)]
-    file_categories: dict      # category id -> name, as the file's categories[] has it
+    """A compact index of an annotation file, built through pycocotools: the image records, per
+    image its objects (see ImageObjects), the annotations that name unknown images, and the
+    records pycocotools could not hold. Keeping pycocotools' own index (a dict per annotation)
+    would cost about a gigabyte for train2014 in every worker process."""
+    images: dict                 # image id -> image record
+    objects: dict                # image id -> ImageObjects
+    orphans: dict                # image id (not in images[]) -> sorted annotation ids
+    malformed: list              # [(location, reason)]
+    file_categories: dict        # category id -> name, as the file's categories[] has it
 
 
 _CACHE: dict[str, AnnotationIndex] = {}
@@ -476,7 +491,18 @@ def _build_index(dataset: dict) -> AnnotationIndex:
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         coco.createIndex()
     file_categories = {c["id"]: c.get("name") for c in categories if _is_int(c.get("id"))}
-    return AnnotationIndex(coco, malformed, file_categories)
+    objects, orphans = {}, {}
+    for image_id, anns in coco.imgToAnns.items():
+        if not anns:
+            continue
+        if image_id not in coco.imgs:
+            orphans[image_id] = sorted(a["id"] for a in anns)
+            continue
+        non_crowd = [a for a in anns if not a.get("iscrowd", 0)]
+        objects[image_id] = ImageObjects(len(anns), len(non_crowd),
+                                         anns[0] if len(anns) == 1 else None,
+                                         non_crowd[0] if len(non_crowd) == 1 else None)
+    return AnnotationIndex(dict(coco.imgs), objects, orphans, malformed, file_categories)
 
 
 def shard_of(number: int, shards: int) -> int:
@@ -526,19 +552,16 @@ class Coco(Scenario):
         url, _, spec = unit.partition("#shard=")
         shard, shards = (int(v) for v in spec.split("/"))
         index = load_index(url)
-        coco = index.coco
         where = self.relative(url)
         for position, (location, reason) in enumerate(index.malformed):
             if shard_of(position, shards) == shard:
                 yield self.count("raw_items")
                 yield self.dead_letter(f"{url}#{location}", reason)
-        for image_id in sorted(coco.imgs):
+        for image_id in sorted(index.images):
             if shard_of(image_id, shards) == shard:
                 yield from self._read_image(index, image_id, url, where)
-        orphans = sorted(i for i, anns in coco.imgToAnns.items() if anns and i not in coco.imgs)
-        for image_id in orphans:
+        for image_id, ann_ids in sorted(index.orphans.items()):
             if shard_of(image_id, shards) == shard:
-                ann_ids = sorted(a["id"] for a in coco.imgToAnns[image_id])
                 yield self.count("raw_items")
                 yield self.dead_letter(f"{url}#image_id={image_id}",
                                        f"annotation(s) {ann_ids} name image id {image_id}, "
@@ -548,27 +571,30 @@ class Coco(Scenario):
         yield self.count("raw_items")
         location = f"{url}#image_id={image_id}"
         try:
-            image = self._image_record(index.coco.imgs[image_id])
-            annotations = self._objects(index.coco, image_id)
-            if len(annotations) == 0:
+            image = self._image_record(index.images[image_id])
+            count, annotation = self._objects(index, image_id)
+            if count == 0:
                 yield self.count("excluded:no_annotation")
                 return
-            if len(annotations) > 1:
+            if count > 1:
                 yield self.count("excluded:multiple_objects")
                 return
-            if annotations[0].get("iscrowd", 0):
+            if annotation.get("iscrowd", 0):
                 yield self.count("excluded:crowd_annotation")
                 return
-            item = self._candidate_item(index, image, annotations[0], where)
+            item = self._candidate_item(index, image, annotation, where)
         except BadItem as err:
             yield self.dead_letter(location, err.reason)
             return
         yield self.candidate(f"coco2014/{self.image_folder}/{image_id:012d}", item)
 
-    def _objects(self, coco, image_id: int) -> list[dict]:
-        """The annotations that count as objects (crowd regions too, unless configured not to)."""
-        crowd = None if self.params.get("count_crowd_annotations", True) else False
-        return coco.loadAnns(coco.getAnnIds(imgIds=[image_id], iscrowd=crowd))
+    def _objects(self, index: AnnotationIndex, image_id: int) -> tuple[int, dict | None]:
+        """(how many annotations count as objects, the lone one when there is one): crowd
+        regions count too, unless configured not to."""
+        found = index.objects.get(image_id, ImageObjects())
+        if self.params.get("count_crowd_annotations", True):
+            return found.count, found.single
+        return found.count_non_crowd, found.single_non_crowd
 
     def _image_record(self, image: dict) -> dict:
         width, height, name = image.get("width"), image.get("height"), image.get("file_name")

@@ -152,15 +152,17 @@ def archive_version(fs, path: str) -> str:
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
     """`length` bytes at `start` in the uncompressed stream of a (gzipped) tar. One reader per
     archive is kept per process, so consecutive reads move forward without re-decompressing."""
+    # one reader per archive and thread: two shard writers never drag each other backwards
+    slot = (url, version, threading.get_ident())
     with _LOCK:
-        reader = _READERS.get((url, version))
+        reader = _READERS.get(slot)
         if reader is None:
             fs, path = fileio.filesystem(url)
             compression = "gzip" if url.endswith((".gz", ".tgz")) else None
             reader = fs.open(path, "rb", compression=compression)
-            _READERS[(url, version)] = reader
-        reader.seek(start)
-        data = reader.read(length)
+            _READERS[slot] = reader
+    reader.seek(start)
+    data = reader.read(length)
     if len(data) != length:
         raise OSError(f"{url}: archive ended at {start + len(data)}, expected {start + length}")
     return data
@@ -170,7 +172,7 @@ def read_member(ref: dict) -> bytes:
     """A member's bytes, through a one-span-per-archive cache of its whole sequence."""
     url, offset, size = ref["url"], ref["offset"], ref["size"]
     start, end = ref.get("span") or (offset, offset + size)
-    archive = (url, ref.get("version", ""))
+    archive = (url, ref.get("version", ""), threading.get_ident())  # per thread, as the readers
     with _LOCK:
         cached = _SPANS.get(archive)
     if cached is None or cached[0] != start or len(cached[1]) != end - start:
@@ -404,6 +406,12 @@ class ROD(Scenario):
         if span and span[1] - span[0] > int(self.params.get("max_span_bytes", 1 << 28)):
             ref = dict(ref, span=None)
         return read_member(ref)
+
+    def read_order(self, ref: dict) -> tuple:
+        """Archive members are read in archive order (a .tar.gz only reads forward cheaply)."""
+        if ref["kind"] != "tar_member":
+            return ()
+        return (ref["url"], (ref.get("span") or [ref["offset"]])[0], ref["offset"])
 
     def frame_path(self, row: dict, frame_id: int) -> str:
         """ROD fills `{image}` with the plain integer (no zero padding)."""

@@ -2,6 +2,8 @@
 counts travel as values too, because the DaskRunner has neither tagged outputs nor metrics."""
 from __future__ import annotations
 
+import json
+
 
 def candidate(scenario: str, key: str, item: dict) -> dict:
     return {"kind": "candidate", "scenario": scenario, "key": key, "item": item}
@@ -27,6 +29,16 @@ def count(scenario: str, what: str, n: int = 1) -> dict:
 # Beam coder can encode: such values are turned into dead letters with the name made readable.
 
 def not_utf8(value):
+    """The first string inside `value` that UTF-8 cannot encode, else None. Nearly every value
+    is fine, which one C-speed JSON encoding proves; only a failure walks the value."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return None
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return _first_not_utf8(value)
+
+
+def _first_not_utf8(value):
     """The first string inside `value` that UTF-8 cannot encode (a file name read from disk
     with bytes that are not UTF-8 arrives with surrogate escapes), else None."""
     if isinstance(value, str):
@@ -39,7 +51,7 @@ def not_utf8(value):
         value = list(value.keys()) + list(value.values())
     if isinstance(value, (list, tuple)):
         for part in value:
-            bad = not_utf8(part)
+            bad = _first_not_utf8(part)
             if bad is not None:
                 return bad
     return None

@@ -7,6 +7,8 @@ exactly one action, which `action_of` checks and the tests enforce for every poo
 """
 from __future__ import annotations
 
+import functools
+
 ABSTAIN_MARKERS = ("cannot", "do not")
 
 # keyword -> action name, as the upstream environment maps them.
@@ -64,6 +66,7 @@ def action_of(option: str) -> str:
     return ACTION_KEYWORDS[found[0]]
 
 
+@functools.lru_cache(maxsize=8192)  # called for every class name of every sample's draw
 def format_category(name: str) -> str:
     """Category strings as upstream shows them: capitalised, ending with a period
     ("great_pyrenees" -> "Great_pyrenees.", "The Eiffel Tower" -> "The eiffel tower.")."""

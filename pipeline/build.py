@@ -14,6 +14,7 @@ DoFns carry plain parameters and look scenarios up in the registry on the worker
 from __future__ import annotations
 
 import logging
+import threading
 
 import apache_beam as beam
 
@@ -26,12 +27,24 @@ LOG = logging.getLogger(__name__)
 
 def scenario_instance(name: str, params: dict, root: str | None = None):
     """A scenario object on the worker, built from plain parameters: the seed, its source root
-    (or `root`) and the manifest parameters overridden with --set."""
-    from proactivebench_builder.transforms import get_scenario
+    (or `root`) and the manifest parameters overridden with --set. Built once per thread for
+    the same arguments (DoFns call this for every element; a scenario may keep per-instance
+    readers, e.g. ChangeIt's open video, so instances are not shared between threads)."""
+    root = root or params["sources"][name]
+    overrides = params.get("overrides", {}).get(name, {})
+    cache_key = (threading.get_ident(), name, params["seed"], root,
+                 repr(sorted(overrides.items())))
+    scenario = _SCENARIOS.get(cache_key)
+    if scenario is None:
+        from proactivebench_builder.transforms import get_scenario
 
-    scenario = get_scenario(name)(params["seed"], root or params["sources"][name])
-    scenario.params.update(params.get("overrides", {}).get(name, {}))
+        scenario = get_scenario(name)(params["seed"], root)
+        scenario.params.update(overrides)
+        _SCENARIOS[cache_key] = scenario
     return scenario
+
+
+_SCENARIOS: dict = {}
 
 
 class ListUnits(beam.DoFn):

@@ -21,7 +21,7 @@ from proactivebench_builder.pipeline.writers import shard_name, shard_plan, writ
 
 LOG = logging.getLogger(__name__)
 TRAIN_DIR = "data"
-TRAIN_ROWS_PER_SHARD = 2000
+TRAIN_ROWS_PER_SHARD = 1000  # ~50 MB of COCO crops; more shards let both workers render
 
 
 def train_label(name: str) -> str:

@@ -2,6 +2,7 @@
 every `Scenario` subclass: adding a scenario is adding a module (and its manifest)."""
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
@@ -10,6 +11,11 @@ _SKIP = {"base", "vocabulary"}
 
 def load_scenarios() -> dict:
     """Every registered scenario class by name, after importing all scenario modules."""
+    return dict(_load_scenarios())
+
+
+@functools.lru_cache(maxsize=1)  # the modules do not change while a process runs
+def _load_scenarios() -> dict:
     from proactivebench_builder.transforms import base
 
     for module in pkgutil.iter_modules(__path__):

@@ -52,7 +52,7 @@ import tarfile
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 FULL_SCALE = {"rod": 88, "vsod": 200, "mvpn": 4199, "imagenet_c": 1000, "quickdraw": 345,
               "changeit": 559, "coco": 4857, "coco_train": 10000}

@@ -137,4 +137,4 @@ class WriteShard(beam.DoFn):
         if export:
             for row in rows:
                 yield {"kind": "upstream_line", "config": scenario.config_name, "id": row["id"],
-                       "line": upstream_export.jsonl_line(row, scenario)}
+                       "line": upstream_export.jsonl_line(row)}

@@ -33,7 +33,7 @@ def record(row: dict) -> dict:
     return out
 
 
-def jsonl_line(row: dict, scenario=None) -> str:
+def jsonl_line(row: dict) -> str:
     return json.dumps(record(row), ensure_ascii=False)
 
 

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.records import COLUMNS
 from proactivebench_builder.pipeline.seeding import stable_hash
 
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.parquet"

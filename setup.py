@@ -33,6 +33,7 @@ setup(
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],
+        "bench": ["psutil"],         # benchmarks/: memory of the whole process tree
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [

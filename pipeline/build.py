@@ -60,6 +60,32 @@ class ListUnits(beam.DoFn):
             yield name, results.utf8_unit(unit)
 
 
+def unit_values(scenario, unit, read):
+    """The result values of reading one unit with `read` (the scenario's `read_unit` or
+    `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
+    becomes one dead letter, never a crash; every value is made safe to cross a coder."""
+    name = scenario.name
+    if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name (results.utf8_unit)
+        yield results.count(name, "raw_items", 1)
+        yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
+        return
+    try:
+        for value in read(unit):
+            yield results.utf8_safe(value)
+    except Exception as err:  # noqa: BLE001 - errors are values here
+        LOG.warning("%s: unit %s failed: %s", name, unit, err)
+        yield results.count(name, "raw_items", 1)
+        yield results.utf8_safe(scenario.dead_letter(
+            unit, f"unreadable source unit: {type(err).__name__}: {err}"))
+
+
+def bad_item_letter(scenario, label: str, key: str, err) -> dict:
+    """The dead letter of a raw item that could not become a sample (or train example): its
+    source path relative to the root when the scenario named one, else its key."""
+    path = scenario.relative(err.path) if err.path else key
+    return results.dead_letter(label, path, err.reason, key)
+
+
 class ReadUnit(beam.DoFn):
     """Raw reading; a unit that fails as a whole becomes one dead letter, never a crash."""
 
@@ -69,18 +95,7 @@ class ReadUnit(beam.DoFn):
     def process(self, element):
         name, unit = element
         scenario = scenario_instance(name, self.params)
-        if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name
-            yield results.count(name, "raw_items", 1)
-            yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
-            return
-        try:
-            for value in scenario.read_unit(unit):
-                yield results.utf8_safe(value)
-        except Exception as err:  # noqa: BLE001 - errors are values here
-            LOG.warning("%s: unit %s failed: %s", name, unit, err)
-            yield results.count(name, "raw_items", 1)
-            yield results.utf8_safe(scenario.dead_letter(
-                unit, f"unreadable source unit: {type(err).__name__}: {err}"))
+        yield from unit_values(scenario, unit, scenario.read_unit)
 
 
 class BuildSample(beam.DoFn):
@@ -100,8 +115,7 @@ class BuildSample(beam.DoFn):
             row = scenario.build_sample(key, value["item"])
             check_row(row)
         except BadItem as err:
-            path = scenario.relative(err.path) if err.path else key
-            yield results.dead_letter(name, path, err.reason, key)
+            yield bad_item_letter(scenario, name, key, err)
             return
         except ValueError as err:
             yield results.dead_letter(name, key, f"inconsistent sample: {err}", key)

@@ -11,7 +11,8 @@ from proactivebench_builder.pipeline.writers import shard_name, shard_plan, writ
 
 LOG = logging.getLogger(__name__)
 
-UNFILTERED, TEST = "unfiltered", "test"
+UNFILTERED, TEST, TRAIN = "unfiltered", "test", "train"
+TRAIN_DIR = "data"  # the train split's folder (the card's `default` config)
 
 
 def split_folder(output: str, split: str, config: str) -> str:
@@ -19,8 +20,8 @@ def split_folder(output: str, split: str, config: str) -> str:
     for the pool before filtering."""
     if split == TEST:
         return fileio.join(output, config)
-    if split == "train":
-        return fileio.join(output, "data")
+    if split == TRAIN:
+        return fileio.join(output, TRAIN_DIR)
     return fileio.join(output, "unfiltered", config)
 
 

@@ -17,10 +17,10 @@ import apache_beam as beam
 
 from proactivebench_builder.pipeline import fileio, results
 from proactivebench_builder.pipeline.records import train_arrow_schema
+from proactivebench_builder.pipeline.shards import TRAIN, split_folder
 from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
 
 LOG = logging.getLogger(__name__)
-TRAIN_DIR = "data"
 TRAIN_ROWS_PER_SHARD = 1000  # ~50 MB of COCO crops; more shards let both workers render
 
 
@@ -49,19 +49,12 @@ class ReadTrainUnit(beam.DoFn):
         self.params = params
 
     def process(self, element):
+        from proactivebench_builder.pipeline.build import unit_values
+
         name, unit = element
         scenario = _scenario(name, self.params)
-        if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name
-            values = [results.count(name, "raw_items"),
-                      scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))]
-        else:
-            try:
-                values = list(scenario.read_train_unit(unit))
-            except Exception as err:  # noqa: BLE001 - errors are values
-                values = [results.count(name, "raw_items"),
-                          scenario.dead_letter(unit, f"unreadable source unit: {err}")]
-        for value in values:
-            yield dict(results.utf8_safe(value), scenario=train_label(name))
+        for value in unit_values(scenario, unit, scenario.read_train_unit):
+            yield dict(value, scenario=train_label(name))
 
 
 class BuildTrainExample(beam.DoFn):
@@ -72,14 +65,15 @@ class BuildTrainExample(beam.DoFn):
         if value["kind"] != "candidate":
             yield value
             return
+        from proactivebench_builder.pipeline.build import bad_item_letter
         from proactivebench_builder.transforms.base import BadItem
 
         name = value["scenario"].rsplit("/", 1)[0]
+        scenario = _scenario(name, self.params)
         try:
-            example = _scenario(name, self.params).build_train_example(value["key"], value["item"])
+            example = scenario.build_train_example(value["key"], value["item"])
         except BadItem as err:
-            yield results.dead_letter(value["scenario"], err.path or value["key"], err.reason,
-                                      value["key"])
+            yield bad_item_letter(scenario, value["scenario"], value["key"], err)
             return
         yield {"kind": "train_example", "scenario": value["scenario"], "name": name,
                "key": value["key"], "row": example}
@@ -104,21 +98,18 @@ class WriteTrainShard(beam.DoFn):
     def process(self, element):
         (index, count), values = element
         values = sorted(values, key=lambda v: v["key"])
-        scenarios = {}
 
         def rows():
             for value in values:
-                name = value["name"]
-                if name not in scenarios:
-                    scenarios[name] = _scenario(name, self.params)
-                scenario, row = scenarios[name], value["row"]
-                data = scenario.load_frame(row["image_ref"])
+                row = value["row"]
+                data = _scenario(value["name"], self.params).load_frame(row["image_ref"])
                 yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}])
 
-        url = fileio.join(self.params["output"], TRAIN_DIR, shard_name("train", index, count))
+        url = fileio.join(split_folder(self.params["output"], TRAIN, "default"),
+                          shard_name(TRAIN, index, count))
         written = write_parquet(url, rows(), train_arrow_schema(), 200)
         LOG.info("train: wrote %s (%d rows)", url, written["rows"])
-        yield dict(written, kind="shard", scenario="train", config="default", split="train",
+        yield dict(written, kind="shard", scenario=TRAIN, config="default", split=TRAIN,
                    path=url, mix=_mix(v["row"] for v in values))
 
 
@@ -167,7 +158,7 @@ def summarize_train(values: list[dict]) -> dict:
     report = {}
     for v in values:
         label = v.get("scenario", "")
-        if v["kind"] == "shard" and v["split"] == "train":
+        if v["kind"] == "shard" and v["split"] == TRAIN:
             for config, mix in v["mix"].items():
                 entry = report.setdefault("mix", {}).setdefault(config, Counter())
                 entry.update(mix)

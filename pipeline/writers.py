@@ -7,6 +7,7 @@ numbered without gaps; every file is written under a temporary name and renamed 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pyarrow as pa
@@ -83,8 +84,10 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     tmp = fileio.temporary_name(path)
     count = 0
+    digest = hashlib.sha256()
     try:
-        with fs.open(tmp, "wb") as handle:
+        with fs.open(tmp, "wb") as raw:
+            handle = _Hashing(raw, digest)
             writer = pq.ParquetWriter(handle, schema, compression=compression,
                                       use_dictionary=dictionary, write_statistics=dictionary)
             batch, batch_bytes = [], 0
@@ -104,4 +107,20 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
         if fs.exists(tmp):
             fs.rm(tmp)
         raise
-    return {"rows": count, "bytes": fs.size(path), "sha256": fileio.sha256(url)}
+    return {"rows": count, "bytes": handle.size, "sha256": digest.hexdigest()}
+
+
+class _Hashing:
+    """A write-only file that hashes and counts what passes through it, so a shard's checksum
+    costs no second read of the file (Parquet is written strictly sequentially)."""
+
+    def __init__(self, raw, digest):
+        self._raw, self._digest, self.size = raw, digest, 0
+
+    def write(self, data) -> int:
+        self._digest.update(data)
+        self.size += len(data)
+        return self._raw.write(data)
+
+    def __getattr__(self, name):  # tell, flush, close, closed, ... of the real file
+        return getattr(self._raw, name)

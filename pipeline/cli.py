@@ -24,7 +24,6 @@ from proactivebench_builder.pipeline.reports import REPORTS_DIR
 from proactivebench_builder.transforms import load_scenarios
 
 LOG = logging.getLogger("proactivebench_builder")
-SUBCOMMANDS = {}  # name -> (module path, help); filled by `subcommand`
 
 
 class BuildFailed(RuntimeError):
@@ -295,15 +294,15 @@ def configure_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     configure_logging()
-    if argv and argv[0] in subcommands():
-        module_name, _ = subcommands()[argv[0]]
+    commands = subcommands()
+    if argv and argv[0] in commands:
         import importlib
 
-        return importlib.import_module(module_name).main(argv[1:])
+        return importlib.import_module(commands[argv[0]][0]).main(argv[1:])
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         print("Subcommands:")
-        for name, (_, text) in sorted(subcommands().items()):
+        for name, (_, text) in sorted(commands.items()):
             print(f"  {name:10s} {text}")
         import argparse
 

@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.filters.predictions import (PredictionsError, read_predictions,
+                                                        sample_ref)
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.manifests import load_data_file
 
@@ -92,13 +93,14 @@ def _select_by_keep_list(config, rows, values, settings):
 
 def _select_by_predictions(config, rows, values, settings):
     threshold, min_models = float(settings["threshold"]), int(settings["min_models"])
-    by_key = {r["key"]: r["key"] for r in rows}
-    by_id = {f"id:{r['id']}": r["key"] for r in rows}
+    # a prediction names its sample by key or by id (predictions.sample_ref)
+    pool = {f"key:{r['key']}": r["key"] for r in rows}
+    pool.update({f"id:{r['id']}": r["key"] for r in rows})
     answers = defaultdict(dict)          # key -> model -> correct
     unknown = []
     for value in values:
-        ref = f"key:{value['key']}" if value["key"] is not None else f"id:{value['id']}"
-        key = by_key.get(value["key"]) if value["key"] is not None else by_id.get(ref)
+        ref = sample_ref(value)
+        key = pool.get(ref)
         if key is None:
             unknown.append(ref)
             continue

@@ -39,7 +39,7 @@ How it is published:
   `upload_folder` (resumable, several commits) from a staging folder holding only the missing
   files, and a final commit writes the card and deletes stale files, so the card names the new
   shards only once they are all present. `HfFileSystem` (one commit per file) is never used.
-- fsspec URL: every missing file is first written under a temporary name (`.tmp-<uuid>-<name>`,
+- fsspec URL: every missing file is first written under a temporary name (`.tmp-<unique>-<name>`,
   which no `configs:` glob matches), then all are renamed (data first, the card last) and stale
   files are removed; leftovers of an interrupted run are removed as stale too.
 

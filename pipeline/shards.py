@@ -67,7 +67,7 @@ class AssignIdsAndShards(beam.DoFn):
                "samples": len(rows), "kept": len(kept), "filter": report}
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
         # Both splits use one shard plan (salted by the scenario alone), so when the test split
-        # keeps the whole pool its shards are the pool's, byte for byte: written once, copied.
+        # keeps the whole pool its shards are the pool's, byte for byte: written once, linked.
         same = len(kept) == len(rows)
         splits = [(UNFILTERED, rows)] if same else [
             (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
@@ -132,7 +132,7 @@ class WriteShard(beam.DoFn):
         if copy_to_test:
             twin = fileio.join(split_folder(output, TEST, scenario.config_name),
                                shard_name("test", index, count))
-            fileio.copy_atomic(url, twin)
+            fileio.link_or_copy_atomic(url, twin)
             yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
                        split=TEST, path=twin)
         if export:

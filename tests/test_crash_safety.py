@@ -3,7 +3,7 @@ final name, and the next run into the same folder produces the same bytes as an 
 build.
 
 The build runs in a subprocess (`run_pipeline.py ... --runner FnApiRunner`) and is killed with
-SIGKILL, which skips every cleanup handler, as soon as a temporary shard (`.tmp-<uuid>-<name>`)
+SIGKILL, which skips every cleanup handler, as soon as a temporary shard (`.tmp-<unique>-<name>`)
 appears under the output: the kill lands inside the write, not before or after it. To make that
 window wide without any test hook in production code, the source is a real, bigger QuickDraw
 corpus generated here (60 categories x 12 drawings: 600 samples whose stroke frames are

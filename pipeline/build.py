@@ -1,10 +1,14 @@
 """The Beam graph that builds the benchmark.
 
-    scenario names ─► list units ─► read units ─► build samples ─┬─► pool per scenario (ids, filter,
-                                                                  │   shard plan) ─► write shards
-                                                                  └─► dead letters, counts ──┐
-    predictions / keep-list ─────────────────────────────────────► pool per scenario          │
-                                                 shard infos, upstream lines, filter stats ──┴─► reports
+    (branch, scenario) jobs ─► list units ─► read units ─► build samples ─┬─► pool per scenario
+                                                                           │   (ids, filter, shard
+                                                                           │   plan) ─► write shards
+                                                                           └─► dead letters, counts ─┐
+    predictions / keep-list ──────────────────────────────────────────────► pool per scenario        │
+                                                    shard infos, upstream lines, filter stats ───────┴─► reports
+
+A job reads a scenario's test pool or its train split (`pipeline.train`): both branches share
+every stage, and the train examples form one more pool (key TRAIN_POOL) with its own shards.
 
 Every branch ends in one Flatten feeding one terminal step (`WriteReports`), and splits are
 `Filter`s over one PCollection of result values: Beam's DaskRunner computes only the last
@@ -20,7 +24,8 @@ import apache_beam as beam
 
 from proactivebench_builder.pipeline import results
 from proactivebench_builder.pipeline.reports import WriteReports
-from proactivebench_builder.pipeline.shards import AssignIdsAndShards, WriteShard
+from proactivebench_builder.pipeline.shards import (
+    TEST, TRAIN, TRAIN_POOL, AssignIdsAndShards, WriteShard)
 
 LOG = logging.getLogger(__name__)
 
@@ -47,17 +52,31 @@ def scenario_instance(name: str, params: dict, root: str | None = None):
 _SCENARIOS: dict = {}
 
 
+def branch_scenario(branch: str, name: str, params: dict):
+    """The scenario object that reads `name`'s test pool (branch TEST) or train split (TRAIN)."""
+    if branch == TRAIN:
+        from proactivebench_builder.pipeline.train import train_scenario
+
+        return train_scenario(name, params)
+    return scenario_instance(name, params)
+
+
 class ListUnits(beam.DoFn):
+    """Names the units of raw reading of one (branch, scenario) job: its test pool or its train
+    split. Both branches share the stages that follow (one queue of work per stage)."""
+
     def __init__(self, params: dict):
         self.params = params
 
-    def process(self, name: str):
-        units = scenario_instance(name, self.params).list_units()
-        LOG.info("%s: %d units of raw reading", name, len(units))
+    def process(self, job):
+        branch, name = job
+        scenario = branch_scenario(branch, name, self.params)
+        units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
+        LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
         for unit in units:
             # A unit named by a non-UTF-8 file name cannot cross a Beam coder: it travels as
             # its escaped text and becomes a dead letter in ReadUnit.
-            yield name, results.utf8_unit(unit)
+            yield branch, name, results.utf8_unit(unit)
 
 
 def unit_values(scenario, unit, read):
@@ -93,7 +112,12 @@ class ReadUnit(beam.DoFn):
         self.params = params
 
     def process(self, element):
-        name, unit = element
+        branch, name, unit = element
+        if branch == TRAIN:
+            from proactivebench_builder.pipeline.train import read_train_unit
+
+            yield from read_train_unit(name, unit, self.params)
+            return
         scenario = scenario_instance(name, self.params)
         yield from unit_values(scenario, unit, scenario.read_unit)
 
@@ -107,8 +131,12 @@ class BuildSample(beam.DoFn):
             yield value
             return
         from proactivebench_builder.pipeline.records import check_row
+        from proactivebench_builder.pipeline.train import is_train_label, train_example_values
         from proactivebench_builder.transforms.base import BadItem
 
+        if is_train_label(value["scenario"]):
+            yield from train_example_values(value, self.params)
+            return
         name, key = value["scenario"], value["key"]
         scenario = scenario_instance(name, self.params)
         try:
@@ -164,33 +192,38 @@ class BuildBenchmark(beam.PTransform):
 
     def expand(self, pbegin):
         p = self.params
+        parts = []
         if p.get("import_upstream"):
             from proactivebench_builder.pipeline.import_upstream import ImportUpstream
 
-            raw = pbegin | "ImportUpstream" >> ImportUpstream(p)
-        else:
-            raw = (
+            parts.append(pbegin | "ImportUpstream" >> ImportUpstream(p))
+        jobs = [] if p.get("import_upstream") else [(TEST, n) for n in sorted(p["scenarios"])]
+        jobs += [(TRAIN, n) for n in sorted(p.get("train_sources") or {})]
+        if jobs:
+            parts.append(
                 pbegin
-                | "Scenarios" >> beam.Create(sorted(p["scenarios"]))
+                | "Jobs" >> beam.Create(jobs)
                 | "ListUnits" >> beam.ParDo(ListUnits(p))
                 | "SpreadUnits" >> Spread()
                 | "ReadUnits" >> beam.ParDo(ReadUnit(p))
                 # units differ a lot in size (a COCO read shard, a QuickDraw file): spread the
                 # small candidates again so both workers share the validation work
                 | "SpreadCandidates" >> Spread()
-                | "BuildSamples" >> beam.ParDo(BuildSample(p))
-            )
+                | "BuildSamples" >> beam.ParDo(BuildSample(p)))
+        raw = parts[0] if len(parts) == 1 else parts | "RawValues" >> beam.Flatten()
         samples = raw | "Samples" >> beam.Filter(results.is_kind("sample"))
+        train_examples = raw | "TrainExamples" >> beam.Filter(results.is_kind("train_example"))
         side_reports = raw | "DeadLettersAndCounts" >> beam.Filter(
             lambda v: v["kind"] in ("dead_letter", "count"))
 
-        pool_inputs = [samples | "KeySamples" >> beam.Map(lambda v: (v["scenario"], v))]
+        pool_inputs = [samples | "KeySamples" >> beam.Map(lambda v: (v["scenario"], v)),
+                       train_examples | "KeyTrainExamples" >> beam.Map(lambda v: (TRAIN_POOL, v))]
         if self.selection_inputs is not None:
             pool_inputs.append(self.selection_inputs(pbegin))
         pooled = (
             pool_inputs
             | "PoolInputs" >> beam.Flatten()
-            | "GroupByScenario" >> beam.GroupByKey()
+            | "GroupByPool" >> beam.GroupByKey()
             | "AssignIdsAndShards" >> beam.ParDo(AssignIdsAndShards(p))
         )
         shard_rows = pooled | "ShardRows" >> beam.Filter(results.is_kind("shard_row"))
@@ -201,13 +234,8 @@ class BuildBenchmark(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShard(p))
         )
-        branches = [side_reports, pool_reports, written]
-        if p.get("train_sources"):
-            from proactivebench_builder.pipeline.train import BuildTrainSplit
-
-            branches.append(pbegin | "TrainSplit" >> BuildTrainSplit(p))
         return (
-            branches
+            (side_reports, pool_reports, written)
             | "AllReports" >> beam.Flatten()
             | "OneKey" >> beam.Map(lambda v: (None, v))
             | "Gather" >> beam.GroupByKey()

@@ -13,6 +13,7 @@ LOG = logging.getLogger(__name__)
 
 UNFILTERED, TEST, TRAIN = "unfiltered", "test", "train"
 TRAIN_DIR = "data"  # the train split's folder (the card's `default` config)
+TRAIN_POOL = "<train>"  # the pool key of the train split's examples (no scenario is named so)
 
 
 def split_folder(output: str, split: str, config: str) -> str:
@@ -26,7 +27,8 @@ def split_folder(output: str, split: str, config: str) -> str:
 
 
 class AssignIdsAndShards(beam.DoFn):
-    """Sees one scenario's whole pool (small: rows hold frame references, not bytes).
+    """Sees one scenario's whole pool (small: rows hold frame references, not bytes), or the
+    whole train split (key TRAIN_POOL), and assigns each row its shard.
 
     `id` is the index of `key` in the sorted keys, assigned before any filtering, so ids do not
     depend on the filter. A key seen twice keeps its first copy (in a deterministic order) and
@@ -40,6 +42,11 @@ class AssignIdsAndShards(beam.DoFn):
         from proactivebench_builder.pipeline.build import scenario_instance
 
         name, values = element
+        if name == TRAIN_POOL:
+            from proactivebench_builder.pipeline.train import train_shard_rows
+
+            yield from train_shard_rows(values)
+            return
         scenario = scenario_instance(name, self.params)
         samples = sorted((v for v in values if v["kind"] == "sample"),
                          key=lambda v: (v["key"], repr(v["row"]["source"])))
@@ -94,7 +101,8 @@ def prefetch(scenario, rows: list[dict]) -> dict:
 
 class WriteShard(beam.DoFn):
     """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
-    pool it also writes the upstream layout's image files and JSONL lines."""
+    pool it also writes the upstream layout's image files and JSONL lines. Train shards are
+    written in the same stage, so both workers share one queue of shards."""
 
     def __init__(self, params: dict):
         self.params = params
@@ -104,6 +112,11 @@ class WriteShard(beam.DoFn):
         from proactivebench_builder.pipeline.build import scenario_instance
 
         (split, name, index, count, copy_to_test), rows = element
+        if split == TRAIN:
+            from proactivebench_builder.pipeline.train import write_train_shard
+
+            yield write_train_shard(self.params, index, count, rows)
+            return
         scenario = scenario_instance(name, self.params)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.params.get("export_upstream", True)

@@ -54,7 +54,7 @@ def input_transform(params: dict):
                 if scenario in params["scenarios"]:
                     yield scenario, {"kind": "keep_ids", "config": config, "ids": sorted(ids)}
 
-    return lambda pbegin: (pbegin | "SelectionSource" >> beam.Create([None])
+    return lambda pbegin: (pbegin | "SelectionSource" >> beam.Create([None], reshuffle=False)
                            | "ReadSelection" >> beam.FlatMap(read))
 
 

@@ -202,7 +202,7 @@ class BuildBenchmark(beam.PTransform):
         if jobs:
             parts.append(
                 pbegin
-                | "Jobs" >> beam.Create(jobs)
+                | "Jobs" >> beam.Create(jobs, reshuffle=False)  # Spread redistributes
                 | "ListUnits" >> beam.ParDo(ListUnits(p))
                 | "SpreadUnits" >> Spread()
                 | "ReadUnits" >> beam.ParDo(ReadUnit(p))

@@ -128,7 +128,7 @@ class ImportUpstream(beam.PTransform):
 
         configs = [c for c in self.params["import_configs"]]
         return (pbegin
-                | "UpstreamConfigs" >> beam.Create(configs)
+                | "UpstreamConfigs" >> beam.Create(configs, reshuffle=False)
                 | "ReadRecords" >> beam.ParDo(ReadRecords(self.params))
                 | "SpreadRecords" >> Spread()
                 | "ImportRecords" >> beam.ParDo(ImportRecord(self.params)))

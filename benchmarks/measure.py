@@ -85,7 +85,7 @@ def run_build(sources_root: str, output: str, log_path: str, mode: str = "multi_
         raise RuntimeError(f"build failed (exit {code}); see {log_path}")
     with open(os.path.join(output, "reports", "build.json")) as handle:
         report = json.load(handle)
-    return {"command": " ".join(command[1:]), "wall_s": wall,
+    return {"command": " ".join(command[1:]), "mode": mode, "wall_s": wall,
             "cpu_s": sum(sampler.cpu_seconds.values()),
             "peak_rss_bytes": sampler.peak_rss, "processes": sampler.peak_processes,
             "peak_rss_by_process": sorted(sampler.peak_by_process.values(), reverse=True),

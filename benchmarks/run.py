@@ -5,16 +5,17 @@
 For each fraction of the full benchmark (1.0 = ~18.9k samples, ~100k test frames) it generates
 (once, cached under --workdir) a scale corpus in the real raw layouts (benchmarks/corpus.py),
 then measures
-- the build: the real pipeline (`run_pipeline.py`, FnApiRunner, 2 workers in --mode (default
-  multi_threading), the default build:
-  train split and upstream export included) as a subprocess: wall time, frames per second, CPU
-  time, and the peak memory of the whole process tree;
+- the build: the real pipeline (`run_pipeline.py`, FnApiRunner, 2 workers, the default build:
+  train split and upstream export included) as a subprocess, in each of --modes (default
+  multi_processing, then multi_threading for comparison), --repeat times (the fastest run
+  counts): wall time, frames per second, CPU time, and the peak memory of the whole process
+  tree;
 - the floor: a tight single-process loop over the same frames doing the essential per-frame work
   (read, validate, render where a scenario renders, encode), divided by the number of cores
-  (benchmarks/floor.py);
+  (benchmarks/floor.py), also the fastest of --repeat;
 and prints a table with the ratio build/floor, how time and memory grow between the smallest and
-the largest fraction (the exponent of time ~ fraction^k), and the extrapolated full-scale build
-time. The figures go to --json. Not part of the test suite: it takes minutes, and a timing is
+the largest fraction (the exponent of time ~ fraction^k), the build time split into a fixed
+cost and a marginal ratio, and the extrapolated full-scale build time. The figures go to --json. Not part of the test suite: it takes minutes, and a timing is
 never asserted in a test.
 """
 from __future__ import annotations
@@ -43,16 +44,16 @@ def parse_args(argv):
     parser.add_argument("--workdir", default="/tmp/pb_bench",
                         help="Where corpora (cached), build outputs and logs go (default: %(default)s).")
     parser.add_argument("--json", default=None, help="Write the figures to this JSON file.")
-    # multi_threading: measured as fast as multi_processing at 10% (32.4 s vs 33.4 s) with 61%
-    # of its peak memory (one process instead of a driver and two workers), and it starts ~2 s
-    # sooner; Pillow, zlib and pyarrow release the GIL in the heavy per-frame work.
-    parser.add_argument("--mode", default="multi_threading",
-                        choices=("multi_processing", "multi_threading", "in_memory"),
-                        help="--direct_running_mode of the build (default: %(default)s).")
+    parser.add_argument("--modes", default="multi_processing,multi_threading",
+                        help="--direct_running_mode of the build, comma-separated; the first is "
+                             "the one the targets are checked on, the others are measured in the "
+                             "same run for comparison (default: %(default)s).")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="Builds (and floor loops) per fraction and mode; the fastest counts, "
+                             "since this machine is shared and noise only ever adds time "
+                             "(default: %(default)s).")
     parser.add_argument("--workers", type=int, default=2,
                         help="--direct_num_workers of the build (default: %(default)s).")
-    parser.add_argument("--also_no_export", action="store_true",
-                        help="Also measure each fraction with --no_upstream_export.")
     parser.add_argument("--build_args", default="",
                         help="Extra flags for the build, space-separated (e.g. '--no_train').")
     parser.add_argument("--rod_side", type=int, default=corpus.DEFAULTS["rod_side"],
@@ -82,53 +83,75 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
     plan = floor.plan_frames(sources_of(root))
     counts = floor.frame_counts(plan)
     frames = sum(c["frames"] + c["train_frames"] for c in counts.values())
-    log(f"{frames} frames; floor loop ...")
-    timings = floor.run_floor(plan)
+    log(f"{frames} frames; floor loop x{args.repeat} ...")
+    timings = fastest_floor([floor.run_floor(plan) for _ in range(args.repeat)])
     cores = floor.cores()
-    floor_single = sum(t["seconds"] for t in timings.values())
-    out = os.path.join(args.workdir, f"out-{fraction:g}")
-    extra = args.build_args.split()
-    log("build ...")
-    build = measure.run_build(root, out, os.path.join(args.workdir, f"build-{fraction:g}.log"),
-                              args.mode, args.workers, extra)
+    floor_s = sum(t["seconds"] for t in timings.values()) / cores
+    builds = {}
+    for mode in args.modes:
+        runs = []
+        for attempt in range(args.repeat):
+            log(f"build ({mode}, run {attempt + 1} of {args.repeat}) ...")
+            out = os.path.join(args.workdir, f"out-{fraction:g}")
+            runs.append(measure.run_build(
+                root, out, os.path.join(args.workdir, f"build-{fraction:g}-{mode}.log"), mode,
+                args.workers, args.build_args.split()))
+        builds[mode] = summarize_runs(runs)
+        log(f"{mode}: build {builds[mode]['wall_s']:.1f} s (runs: "
+            f"{', '.join(f'{r:.1f}' for r in builds[mode]['wall_s_runs'])}), floor "
+            f"{floor_s:.1f} s, ratio {builds[mode]['wall_s'] / floor_s:.2f}, peak "
+            f"{builds[mode]['peak_rss_bytes'] / 2**20:.0f} MiB")
+    build = builds[args.modes[0]]
     result = {
         "fraction": fraction, "corpus": root, "corpus_files": corpus.corpus_stats(root),
         "counts": counts, "frames": frames,
         "samples": sum(c["samples"] for c in counts.values()),
-        "floor": {"single_process_s": floor_single, "cores": cores,
-                  "floor_s": floor_single / cores, "per_scenario": timings,
-                  "kinds": floor.kinds(plan)},
-        "build": build,
+        "floor": {"single_process_s": floor_s * cores, "cores": cores, "floor_s": floor_s,
+                  "per_scenario": timings, "kinds": floor.kinds(plan)},
+        "build": build, "builds": builds,
         "frames_per_s": frames / build["wall_s"],
-        "ratio": build["wall_s"] / (floor_single / cores),
+        "ratio": build["wall_s"] / floor_s,
     }
     mismatch = {n: (c["samples"], build["samples"].get(n)) for n, c in counts.items()
                 if build["samples"].get(n) != c["samples"]}
     if mismatch:
         result["sample_count_mismatch"] = mismatch
-    log(f"build {build['wall_s']:.1f} s, floor {floor_single / cores:.1f} s, "
-        f"ratio {result['ratio']:.2f}, peak {build['peak_rss_bytes'] / 2**20:.0f} MiB")
-    if args.also_no_export:
-        log("build without upstream export ...")
-        result["build_no_export"] = measure.run_build(
-            root, out + "-noexport", os.path.join(args.workdir, f"build-{fraction:g}-noexport.log"),
-            args.mode, args.workers, extra + ["--no_upstream_export"])
     return result
+
+
+def fastest_floor(attempts: list[dict]) -> dict:
+    """Per scenario, the fastest of the repeated floor loops."""
+    return {name: min((a[name] for a in attempts), key=lambda t: t["seconds"])
+            for name in attempts[0]}
+
+
+def summarize_runs(runs: list[dict]) -> dict:
+    """The fastest of repeated builds (noise on a shared machine only adds time), with every
+    run's wall time, and the highest peak memory seen in any of them (memory is not noise)."""
+    best = dict(min(runs, key=lambda r: r["wall_s"]))
+    best["wall_s_runs"] = [r["wall_s"] for r in runs]
+    best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    return best
 
 
 def growth(results: list[dict]) -> dict:
     """Time exponent k (time ~ fraction^k) and memory growth between the smallest and the
-    largest fraction, and the full-scale extrapolation (linear fit through both points, which
-    keeps the fixed start-up cost fixed; and the power law, which does not)."""
+    largest fraction, the full-scale extrapolation (linear fit through both points, which
+    keeps the fixed start-up cost fixed; and the power law, which does not), and the build
+    time split into a fixed cost and a marginal ratio: the line through (floor, build) of both
+    fractions, build = fixed + marginal x floor, so the marginal ratio is what each second of
+    essential per-frame work costs the build once start-up is paid."""
     if len(results) < 2:
         return {}
     lo, hi = results[0], results[-1]
     scale = hi["fraction"] / lo["fraction"]
     t_lo, t_hi = lo["build"]["wall_s"], hi["build"]["wall_s"]
     m_lo, m_hi = lo["build"]["peak_rss_bytes"], hi["build"]["peak_rss_bytes"]
+    f_lo, f_hi = lo["floor"]["floor_s"], hi["floor"]["floor_s"]
     slope = (t_hi - t_lo) / (hi["fraction"] - lo["fraction"])
     exponent = math.log(t_hi / t_lo) / math.log(scale)
     frames_exponent = math.log(t_hi / t_lo) / math.log(hi["frames"] / lo["frames"])
+    marginal = (t_hi - t_lo) / (f_hi - f_lo)
     return {
         "from": lo["fraction"], "to": hi["fraction"],
         "time_exponent": exponent, "time_exponent_per_frame": frames_exponent,
@@ -136,6 +159,7 @@ def growth(results: list[dict]) -> dict:
         "full_scale_s_linear": t_hi + slope * (1.0 - hi["fraction"]),
         "full_scale_s_power": t_hi * (1.0 / hi["fraction"]) ** exponent,
         "full_scale_frames_est": hi["frames"] / hi["fraction"],
+        "fixed_s": t_lo - marginal * f_lo, "marginal_ratio": marginal,
     }
 
 
@@ -154,13 +178,15 @@ def table(results: list[dict], trend: dict) -> str:
     rows = [header]
     for r in results:
         b = r["build"]
-        rows.append((f"{r['fraction']:g}", r["samples"], r["frames"], f"{b['wall_s']:.1f}",
+        rows.append((f"{r['fraction']:g} ({b['mode']})", r["samples"], r["frames"],
+                     f"{b['wall_s']:.1f}",
                      f"{r['frames_per_s']:.0f}", f"{r['floor']['floor_s']:.1f}",
                      f"{r['ratio']:.2f}", f"{b['peak_rss_bytes'] / 2**20:.0f}",
                      f"{b['cpu_s']:.1f}"))
-        if "build_no_export" in r:
-            n = r["build_no_export"]
-            rows.append((f"{r['fraction']:g} (no export)", n and r["samples"], r["frames"],
+        for mode, n in r["builds"].items():
+            if n is b:
+                continue
+            rows.append((f"{r['fraction']:g} ({mode})", r["samples"], r["frames"],
                          f"{n['wall_s']:.1f}", f"{r['frames'] / n['wall_s']:.0f}",
                          f"{r['floor']['floor_s']:.1f}",
                          f"{n['wall_s'] / r['floor']['floor_s']:.2f}",
@@ -173,6 +199,8 @@ def table(results: list[dict], trend: dict) -> str:
                       f"{trend['time_exponent']:.2f} (per frame: "
                       f"{trend['time_exponent_per_frame']:.2f}); peak memory growth "
                       f"{trend['memory_growth']:+.0%}",
+                  f"build = {trend['fixed_s']:.1f} s fixed + {trend['marginal_ratio']:.2f} x floor "
+                  f"(marginal ratio)",
                   f"extrapolated full-scale build (~{trend['full_scale_frames_est']:.0f} frames): "
                   f"{trend['full_scale_s_linear'] / 60:.1f} min (linear), "
                   f"{trend['full_scale_s_power'] / 60:.1f} min (power law)"]
@@ -181,6 +209,7 @@ def table(results: list[dict], trend: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     fractions = sorted(float(f) for f in args.fractions.split(",") if f.strip())
     os.makedirs(args.workdir, exist_ok=True)
     settings = {k: getattr(args, k) for k in corpus.DEFAULTS}
@@ -198,8 +227,8 @@ def main(argv=None) -> int:
                                "load_average_before": load_before,
                                "load_average_after": load_after,
                                "processor": platform.processor() or platform.machine()},
-                   "settings": dict(settings, mode=args.mode, workers=args.workers,
-                                    build_args=args.build_args),
+                   "settings": dict(settings, modes=args.modes, workers=args.workers,
+                                    repeat=args.repeat, build_args=args.build_args),
                    "targets": TARGETS, "checks": checks, "growth": trend,
                    "results": results}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -51,6 +51,11 @@ def read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+def file_bytes(path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 def shard_files(output: str) -> dict[str, bytes]:
     """Relative path -> bytes of every Parquet shard under `output`."""
     found = {}

@@ -10,7 +10,7 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import build_once, private_miniature, read_jsonl, run, shard_files
+from conftest import build_once, file_bytes, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.changeit import (
@@ -120,7 +120,7 @@ def test_miniature_is_deterministic(tmp_path):
         for name in names:
             path = os.path.join(folder, name)
             twin = os.path.join(tmp_path / "b", os.path.relpath(path, tmp_path / "a"))
-            assert open(path, "rb").read() == open(twin, "rb").read(), path
+            assert file_bytes(path) == file_bytes(twin), path
 
 
 # ---- parsing and planning rules -----------------------------------------------------------------

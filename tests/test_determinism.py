@@ -1,10 +1,11 @@
-"""The same inputs give byte-identical shards: across runs, and between the in-memory runner and
-two worker processes (whose bundles and processing order differ)."""
+"""The same inputs give byte-identical shards: across runs, and between the default local run (a
+worker thread per core), one in-memory worker, and two worker processes (whose bundles and
+processing order differ)."""
 from __future__ import annotations
 
 import os
 
-from conftest import run, shard_files
+from conftest import file_bytes, run, shard_files
 
 
 def _compare(a: str, b: str) -> None:
@@ -13,23 +14,24 @@ def _compare(a: str, b: str) -> None:
     for name in first:
         assert first[name] == second[name], f"{name} differs between builds"
     for report in ("dead_letters.jsonl",):
-        assert open(os.path.join(a, "reports", report), "rb").read() == \
-            open(os.path.join(b, "reports", report), "rb").read()
+        assert file_bytes(os.path.join(a, "reports", report)) == \
+            file_bytes(os.path.join(b, "reports", report))
     for folder in ("upstream",):
         for root, _, names in os.walk(os.path.join(a, folder)):
             for name in names:
                 path = os.path.join(root, name)
                 twin = os.path.join(b, os.path.relpath(path, a))
-                assert open(path, "rb").read() == open(twin, "rb").read(), path
+                assert file_bytes(path) == file_bytes(twin), path
 
 
-def test_two_builds_are_byte_identical(tmp_path, miniature_root, built_miniature):
+def test_a_single_worker_build_matches_the_default_threaded_one(tmp_path, miniature_root,
+                                                                built_miniature):
     again = str(tmp_path / "again")
-    run(again, miniature_root, "all")
+    run(again, miniature_root, "all", "--direct_num_workers=1")  # in_memory
     _compare(built_miniature, again)
 
 
-def test_multi_processing_matches_in_memory(tmp_path, miniature_root, built_miniature):
+def test_multi_processing_matches_threads(tmp_path, miniature_root, built_miniature):
     parallel = str(tmp_path / "parallel")
     run(parallel, miniature_root, "all", "--direct_num_workers=2",
         "--direct_running_mode=multi_processing")

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_once, private_miniature, read_jsonl, run, shard_files
+from conftest import (build_once, file_bytes, private_miniature, read_jsonl, run,
+                      shard_files)
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.coco import (
@@ -263,8 +264,8 @@ def test_build_accounts_for_every_raw_item(built):
 
 def test_records_field_by_field(rows, source_root):
     table = {c["id"]: c for c in MANIFEST["category_table"]}
-    ann = json.load(open(os.path.join(source_root, "coco", "annotations",
-                                      "instances_val2014.json")))
+    ann = json.loads(file_bytes(os.path.join(source_root, "coco", "annotations",
+                                             "instances_val2014.json")))
     ann_by_image = {a["image_id"]: a for a in ann["annotations"]}
     singles = single_object_images()
     keys = sorted(f"coco2014/val2014/{i:012d}" for i in singles)
@@ -353,8 +354,9 @@ def test_same_inputs_give_identical_shards(tmp_path, built, source_root):
     output = str(tmp_path / "again")
     run(output, source_root, "coco")
     assert shard_files(output) == shard_files(built[0])
-    first = open(os.path.join(built[0], "upstream", f"{CONFIG}_preprocessed.jsonl")).read()
-    assert open(os.path.join(output, "upstream", f"{CONFIG}_preprocessed.jsonl")).read() == first
+    upstream = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
+    assert file_bytes(os.path.join(output, upstream)) == \
+        file_bytes(os.path.join(built[0], upstream))
 
 
 def test_choices_depend_only_on_seed_and_key(source_root):

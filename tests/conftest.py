@@ -56,6 +56,16 @@ def file_bytes(path) -> bytes:
         return handle.read()
 
 
+def file_text(path, encoding: str = "utf-8") -> str:
+    with open(path, encoding=encoding) as handle:
+        return handle.read()
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def shard_files(output: str) -> dict[str, bytes]:
     """Relative path -> bytes of every Parquet shard under `output`."""
     found = {}

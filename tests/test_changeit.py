@@ -10,7 +10,8 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import build_once, file_bytes, private_miniature, read_jsonl, run, shard_files
+from conftest import (
+    build_once, file_bytes, file_text, private_miniature, read_jsonl, run, shard_files)
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.changeit import (
@@ -77,12 +78,12 @@ def test_proactive_options_are_one_upstream_action_each():
 # ---- the real repository files --------------------------------------------------------------------
 
 def test_real_categories_and_labels_parse_and_match_the_manifest():
-    actions = parse_categories_csv(open(f"{REAL}/categories.csv", encoding="utf-8").read())
+    actions = parse_categories_csv(file_text(f"{REAL}/categories.csv"))
     manifest = load_manifest("changeit")
     assert len(actions) == 44 and actions["cube"] == "Rubik's Cube Solving"
     assert set(actions) == set(manifest["objects"])
     assert [[d, a] for d, a, _ in manifest["categories_table"]] == [[d, a] for d, a in actions.items()]
-    labels = parse_labels_csv(open(f"{REAL}/labels.csv", encoding="utf-8").read())
+    labels = parse_labels_csv(file_text(f"{REAL}/labels.csv"))
     assert labels == {0: "background/noannotation", 1: "state1", 2: "action", 3: "state2"}
 
 
@@ -90,13 +91,13 @@ def test_every_real_annotation_parses_and_is_listed():
     labels = {0, 1, 2, 3}
     seen = 0
     for category in sorted(os.listdir(f"{REAL}/annotations")):
-        listed_text = open(f"{REAL}/videos/{category}.csv", encoding="utf-8").read()
+        listed_text = file_text(f"{REAL}/videos/{category}.csv")
         assert not listed_text.endswith("\n")  # the real lists have no final newline
         listed = parse_video_list(listed_text)
         assert len(listed) == listed_text.count("\n") + 1 and all(len(i) == 11 for i in listed)
         for name in sorted(os.listdir(f"{REAL}/annotations/{category}")):
             per_second = parse_annotation(
-                open(f"{REAL}/annotations/{category}/{name}", encoding="utf-8").read(), labels)
+                file_text(f"{REAL}/annotations/{category}/{name}"), labels)
             assert len(per_second) >= 6 and video_id_of(name) in listed
             seen += 1
     assert seen == 48 and video_id_of("-IBU2ag0kHU.fps1.csv") == "-IBU2ag0kHU"
@@ -107,7 +108,7 @@ def test_miniature_repository_files_are_byte_identical_to_the_real_ones(source):
         with open(os.path.join(source, "changeit", name), "rb") as mine, \
                 open(os.path.join(REAL, name), "rb") as real:
             assert mine.read() == real.read()
-    text = open(os.path.join(source, "changeit", "videos", "apple.csv"), encoding="ascii").read()
+    text = file_text(os.path.join(source, "changeit", "videos", "apple.csv"), "ascii")
     assert not text.endswith("\n") and "-aB3dE5fG7h" in parse_video_list(text)
     scores = [float(line.split(",")[1]) for line in text.splitlines()]
     assert scores == sorted(scores, reverse=True)
@@ -315,8 +316,8 @@ def test_rebuild_is_byte_identical(built, source, tmp_path):
     run(output, str(copy), "changeit")
     assert shard_files(output) == shard_files(built[0])
     for name in ("ChangeIt_preprocessed.jsonl",):
-        assert open(os.path.join(output, "upstream", name), "rb").read() == \
-            open(os.path.join(built[0], "upstream", name), "rb").read()
+        assert file_bytes(os.path.join(output, "upstream", name)) == \
+            file_bytes(os.path.join(built[0], "upstream", name))
 
 
 # ---- bad raw items ------------------------------------------------------------------------------
@@ -357,7 +358,7 @@ def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(source, tmp_pat
         handle.write("stray file\n")
     os.remove(os.path.join(root, "frames", "beer", "Qw3_rTy8uIo", "3.jpg"))        # missing frame
     jpg = os.path.join(root, "frames", "apple", "-aB3dE5fG7h", "6.jpg")
-    data = open(jpg, "rb").read()
+    data = file_bytes(jpg)
     open(jpg, "wb").write(data[: len(data) - 40])                                  # truncated
     with open(os.path.join(root, "downloads", "apple", "Qw3_rTy8uIo.mp4"), "wb") as handle:
         handle.write(b"this is not a video")                                      # unreadable
@@ -407,7 +408,7 @@ def test_real_repository_files_build_end_to_end(tmp_path):
     top = tmp_path / "src"
     root = top / "changeit"
     shutil.copytree(REAL, root)
-    labels = parse_annotation(open(f"{REAL}/annotations/eggs/jU3_JVh1YwA.fps1.csv").read(),
+    labels = parse_annotation(file_text(f"{REAL}/annotations/eggs/jU3_JVh1YwA.fps1.csv"),
                               {0, 1, 2, 3})
     from proactivebench_builder.transforms.changeit import _painted_frame, encode_jpeg
     folder = root / "frames" / "eggs" / "jU3_JVh1YwA"
@@ -476,7 +477,7 @@ def test_a_remote_video_is_decoded_from_a_temporary_copy(source):
     local = os.path.join(source, "changeit", "downloads", "tie", "Lm4kJh8gF2d.mp4")
     url = "memory://changeit-test/Lm4kJh8gF2d.mp4"
     with fsspec.open(url, "wb") as handle:
-        handle.write(open(local, "rb").read())
+        handle.write(file_bytes(local))
     remote, here = VideoReader(url), VideoReader(local)
     try:
         assert remote.temporary and os.path.exists(remote.path)

@@ -8,7 +8,7 @@ import os
 import datasets
 import pytest
 
-from conftest import read_jsonl, run, shard_files
+from conftest import read_json, read_jsonl, run, shard_files
 
 MODELS = ("m1", "m2", "m3", "m4")
 
@@ -47,7 +47,7 @@ def test_filter_drops_samples_at_or_above_the_threshold(tmp_path, miniature_root
     assert set(kept["key"]) == expected
     assert report["scenarios"]["quickdraw"]["kept"] == len(expected)
     assert len(datasets.load_dataset(out, name="QuickDraw", split="unfiltered")) == len(pool)
-    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    stats = read_json(os.path.join(out, "reports", "filter.json"))["scenarios"]["quickdraw"]
     assert stats["before"] == len(pool) and stats["after"] == len(expected)
     assert stats["first_round_accuracy_after"] == 0.0
     assert stats["first_round_accuracy_before"] == pytest.approx(
@@ -100,7 +100,7 @@ def test_partial_models_are_refused_unless_allowed(tmp_path, miniature_root, bui
     kept = set(datasets.load_dataset(out, name="QuickDraw", split="test")["key"])
     # sample 0: 1 of 3 models correct (0.33) -> dropped; sample 1: 2 models only -> unjudged, kept
     assert pool[0]["key"] not in kept and pool[1]["key"] in kept
-    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    stats = read_json(os.path.join(out, "reports", "filter.json"))["scenarios"]["quickdraw"]
     assert stats["unjudged"] == 1
 
 
@@ -157,7 +157,7 @@ def test_export_import_round_trip_and_keep_list(tmp_path, built_miniature):
     run(out, "/unused", "quickdraw", f"--import_upstream={os.path.join(built_miniature, 'upstream')}",
         f"--keep_list={keep}")
     assert sorted(datasets.load_dataset(out, name="QuickDraw", split="test")["id"]) == [0, 3, 5]
-    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    stats = read_json(os.path.join(out, "reports", "filter.json"))["scenarios"]["quickdraw"]
     assert stats["missing_ids"] == [100000]
 
 
@@ -174,7 +174,7 @@ def test_released_keep_list_on_an_imported_pool(tmp_path, built_miniature):
     pool_ids = set(datasets.load_dataset(out, name="QuickDraw", split="unfiltered")["id"])
     kept = set(datasets.load_dataset(out, name="QuickDraw", split="test")["id"])
     assert kept == pool_ids & released["QuickDraw"]
-    stats = json.load(open(os.path.join(out, "reports", "filter.json")))["scenarios"]["quickdraw"]
+    stats = read_json(os.path.join(out, "reports", "filter.json"))["scenarios"]["quickdraw"]
     assert len(stats["missing_ids"]) == len(released["QuickDraw"] - pool_ids)
 
 

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 
 import datasets
 import pytest
 
-from conftest import read_jsonl, run
+from conftest import read_json, read_jsonl, run
 from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
 
@@ -80,4 +79,4 @@ def test_corrupt_files_become_dead_letters(tmp_path, miniature_root):
     assert dead[victims[2][4]].startswith("PNG data in a file named")
     assert dead[victims[3][1]] == "missing frame file"
     assert report["samples"] == report0["samples"] - 4 and report["accounted"]
-    assert json.load(open(os.path.join(out, "reports", "build.json")))
+    assert read_json(os.path.join(out, "reports", "build.json"))

@@ -4,7 +4,6 @@ sources_image.md §3.7."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -13,6 +12,7 @@ from urllib.parse import unquote
 import pytest
 from PIL import Image
 
+from conftest import file_bytes, file_text, read_json
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.inspect_command import (
     SHEET_WIDTH, THUMB, coco_box, inspect_folder, main, render_sheet, shown_positions)
@@ -46,7 +46,7 @@ def decoded(path: str) -> Image.Image:
 
 
 def test_one_sheet_per_sampled_row(built_miniature, inspected):
-    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))
+    report = read_json(os.path.join(built_miniature, "reports", "build.json"))
     rows = {e["config"]: e["rows"]["test"] or e["rows"]["unfiltered"]
             for e in report["scenarios"].values() if e["config"]}
     for config in configs_of(built_miniature):
@@ -64,7 +64,7 @@ def test_sheets_decode_with_the_expected_size(inspected):
 
 
 def test_every_link_in_the_page_resolves(inspected):
-    page = open(os.path.join(inspected, "index.html"), encoding="utf-8").read()
+    page = file_text(os.path.join(inspected, "index.html"))
     links = re.findall(r'(?:href|src)="([^"]+)"', page)
     files = [link for link in links if not link.startswith("#")]
     assert files, "the page links no sheet"
@@ -82,8 +82,8 @@ def test_sampling_is_deterministic(built_miniature, inspected, tmp_path):
     names = lambda root: [os.path.relpath(p, root) for p in sheet_paths(root)]
     assert names(again) == names(inspected)
     for name in names(again):
-        assert open(os.path.join(again, name), "rb").read() == \
-            open(os.path.join(inspected, name), "rb").read()
+        assert file_bytes(os.path.join(again, name)) == \
+            file_bytes(os.path.join(inspected, name))
 
 
 def test_command_line(built_miniature, tmp_path, capsys):
@@ -149,8 +149,8 @@ def plotted(built_miniature, tmp_path_factory) -> tuple[str, list[str]]:
 
 def test_build_plots_decode_with_the_expected_size(plotted):
     root, written = plotted
-    report = json.load(open(os.path.join(root, "reports", "build.json")))["scenarios"]
-    filters = json.load(open(os.path.join(root, "reports", "filter.json")))["scenarios"]
+    report = read_json(os.path.join(root, "reports", "build.json"))["scenarios"]
+    filters = read_json(os.path.join(root, "reports", "filter.json"))["scenarios"]
     reasons = sum(len(e["dead_letters_by_reason"]) for e in report.values())
     with_config = sum(1 for e in report.values() if e["config"])
     expected = {
@@ -167,9 +167,9 @@ def test_build_plots_decode_with_the_expected_size(plotted):
 
 def test_build_plots_are_byte_identical_when_redrawn(plotted):
     root, written = plotted
-    before = {p: open(p, "rb").read() for p in written}
+    before = {p: file_bytes(p) for p in written}
     plots.write_build_plots(root)
-    assert {p: open(p, "rb").read() for p in written} == before
+    assert {p: file_bytes(p) for p in written} == before
 
 
 def test_frames_per_sample_reads_frame_ids_only(plotted):

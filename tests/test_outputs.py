@@ -2,14 +2,13 @@
 every config, and the upstream export matches what the upstream environments read."""
 from __future__ import annotations
 
-import json
 import os
 
 import datasets
 import pytest
 import yaml
 
-from conftest import read_jsonl
+from conftest import file_bytes, file_text, read_json, read_jsonl
 from proactivebench_builder.pipeline.records import UPSTREAM_COMMON_FIELDS
 from proactivebench_builder.transforms import load_scenarios
 
@@ -17,7 +16,7 @@ CONFIGS = sorted(cls.config_name for cls in load_scenarios().values())
 
 
 def _card(output: str) -> dict:
-    text = open(os.path.join(output, "README.md"), encoding="utf-8").read()
+    text = file_text(os.path.join(output, "README.md"))
     return yaml.safe_load(text.split("---\n")[1])
 
 
@@ -64,7 +63,7 @@ def test_upstream_export_matches_the_environments(built_miniature, config):
 
 
 def test_build_report_accounts_for_every_raw_item(built_miniature):
-    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))
+    report = read_json(os.path.join(built_miniature, "reports", "build.json"))
     for name, entry in report["scenarios"].items():
         assert entry["accounted"], name
         assert entry["rows"]["unfiltered"] == entry["samples"]
@@ -88,9 +87,9 @@ def test_a_rebuilt_folder_loads_the_new_rows(tmp_path, miniature_root):
 def test_build_report_lists_every_shard_with_its_checksum(built_miniature):
     import hashlib
 
-    files = json.load(open(os.path.join(built_miniature, "reports", "build.json")))["files"]
+    files = read_json(os.path.join(built_miniature, "reports", "build.json"))["files"]
     assert files
     for entry in files:
-        data = open(os.path.join(built_miniature, entry["path"]), "rb").read()
+        data = file_bytes(os.path.join(built_miniature, entry["path"]))
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
         assert len(data) == entry["bytes"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import os
 import shutil
 import types
@@ -25,6 +24,8 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder  # noqa: E402
 
 from proactivebench_builder.pipeline import publish  # noqa: E402
 from proactivebench_builder.pipeline.publish_command import main  # noqa: E402
+
+from conftest import file_bytes, file_text, read_json
 
 REPO = "someone/proactivebench-test"
 
@@ -268,7 +269,7 @@ def add_train_split(built: str) -> None:
     os.makedirs(os.path.join(built, "data"))
     pq.write_table(pa.table({"key": ["a", "b"], "prompt": [["x"], ["y"]]}),
                    os.path.join(built, "data", "train-00000-of-00001.parquet"))
-    text = open(os.path.join(built, "README.md"), encoding="utf-8").read()
+    text = file_text(os.path.join(built, "README.md"))
     _, front, body = text.split("---\n", 2)
     meta = yaml.safe_load(front)
     meta["configs"].insert(0, {"config_name": "default", "data_files": [
@@ -380,7 +381,7 @@ def test_upstream_archives_go_under_test(built, monkeypatch):
     hub = FakeHub().install(monkeypatch)
     assert main([built, "--repo_id", REPO, "--with_upstream"]) == 0
     upstream = sorted(p for p in hub.files if p.startswith("test/"))
-    report = json.load(open(os.path.join(built, "reports", "build.json"), encoding="utf-8"))
+    report = read_json(os.path.join(built, "reports", "build.json"))
     configs = sorted(e["config"] for e in report["scenarios"].values() if e["config"])
     assert [p for p in upstream if p.endswith(".jsonl")] == \
         [f"test/{c}_preprocessed.jsonl" for c in configs]
@@ -458,7 +459,7 @@ def test_planned_files_carry_their_size_and_digests(built, tmp_path):
     files = publish.collect_files(built, str(tmp_path / "s"))
     assert {f.path for f in files} == set(expected_repo(built))
     for f in files:
-        data = open(os.path.join(built, f.path), "rb").read()
+        data = file_bytes(os.path.join(built, f.path))
         assert f.size == len(data) and f.sha256 == hashlib.sha256(data).hexdigest()
         assert f.git_sha1 == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 

@@ -8,7 +8,7 @@ import shutil
 import datasets
 import pytest
 
-from conftest import read_jsonl, run
+from conftest import file_text, read_json, read_jsonl, run
 from proactivebench_builder.transforms.quickdraw import (DETAIL_REQUESTS, QuickDraw,
                                                          parse_strokes)
 from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
@@ -48,7 +48,7 @@ def test_question_has_upstream_option_semantics(rows):
 
 
 def test_ten_recognised_drawings_per_class_at_most(built_miniature, rows):
-    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))["scenarios"]
+    report = read_json(os.path.join(built_miniature, "reports", "build.json"))["scenarios"]
     qd = report["quickdraw"]
     assert qd["accounted"]
     assert qd["excluded"]["not_recognized"] > 0 and qd["excluded"]["not_sampled"] > 0
@@ -91,7 +91,7 @@ def test_bad_lines_become_dead_letters_and_the_build_goes_on(tmp_path, miniature
     dead = [d for d in read_jsonl(os.path.join(out, "reports", "dead_letters.jsonl"))
             if d["scenario"] == "quickdraw"]  # the train branch reads the same files
     reasons = {(d["path"].split("/")[-1], d["reason"].split(":")[0]) for d in dead}
-    n = len(open(root / "quickdraw" / "simplified" / "cat.ndjson").read().splitlines())
+    n = len(file_text(root / "quickdraw" / "simplified" / "cat.ndjson").splitlines())
     assert (f"cat.ndjson:{n - 4}", "malformed ndjson line") in reasons
     assert (f"cat.ndjson:{n - 3}", "drawing with no strokes") in reasons
     assert (f"cat.ndjson:{n - 2}", "inconsistent record") in reasons

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
+from conftest import file_text
 from proactivebench_builder.runtime import cli, loading, metrics, open_ended
 from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel, load_model
 from proactivebench_builder.runtime.predictions_schema import FIELDS, SCHEMA_VERSION
@@ -196,9 +197,9 @@ def _evaluate(tmp_path, data, *extra):
 def test_evaluate_oracle_resumes(built_miniature, tmp_path):
     table, results = _evaluate(tmp_path, built_miniature, "--model", "oracle")
     assert table["avg"]["acc"] == 100.0
-    lines = open(results).read().splitlines()
+    lines = file_text(results).splitlines()
     table_again, _ = _evaluate(tmp_path, built_miniature, "--model", "oracle")
-    assert open(results).read().splitlines() == lines          # nothing replayed
+    assert file_text(results).splitlines() == lines          # nothing replayed
     assert table_again == table
     abstain, _ = _evaluate(tmp_path, built_miniature, "--model", "always-abstain")
     assert abstain["avg"]["acc"] == 0.0 and abstain["avg"]["psr"] == 0.0

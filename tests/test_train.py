@@ -8,6 +8,7 @@ import os
 import datasets
 import pytest
 
+from conftest import read_json
 from proactivebench_builder.runtime.reward import make_grpo_reward, reward
 
 
@@ -44,7 +45,7 @@ def test_ambiguous_and_unambiguous_frames_are_mixed(train, built_miniature):
         assert ambiguous and clear, config
         assert all(r["proactive_actions"] for r in ambiguous)
         assert not any(r["proactive_actions"] for r in clear)
-    report = json.load(open(os.path.join(built_miniature, "reports", "build.json")))["train"]
+    report = read_json(os.path.join(built_miniature, "reports", "build.json"))["train"]
     assert report["rows"] == len(train)
 
 

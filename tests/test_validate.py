@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import file_text, read_json
 from proactivebench_builder.pipeline.records import arrow_schema
 from proactivebench_builder.pipeline.validate_command import main, validate_folder
 
@@ -167,7 +168,7 @@ def test_missing_build_report_is_reported(broken):
 
 def test_unaccounted_scenario_is_reported(broken):
     path = os.path.join(broken, "reports", "build.json")
-    report = json.load(open(path, encoding="utf-8"))
+    report = read_json(path)
     report["scenarios"]["quickdraw"]["accounted"] = False
     json.dump(report, open(path, "w", encoding="utf-8"))
     assert_reported(validate_folder(broken), "quickdraw", "dead letters")
@@ -180,7 +181,7 @@ def test_report_row_count_mismatch_is_reported(broken):
 
 def test_card_without_a_config_folder_is_reported(broken):
     card = os.path.join(broken, "README.md")
-    text = open(card, encoding="utf-8").read()
+    text = file_text(card)
     open(card, "w", encoding="utf-8").write(text.replace("config_name: QuickDraw",
                                                          "config_name: SomethingElse"))
     problems = validate_folder(broken)
@@ -190,7 +191,7 @@ def test_card_without_a_config_folder_is_reported(broken):
 
 def test_card_glob_without_shards_is_reported(broken):
     card = os.path.join(broken, "README.md")
-    text = open(card, encoding="utf-8").read()
+    text = file_text(card)
     open(card, "w", encoding="utf-8").write(text.replace("path: QuickDraw/test-*.parquet",
                                                          "path: QuickDraw/train-*.parquet"))
     assert_reported(validate_folder(broken), "no shard matches 'QuickDraw/train-*.parquet'")

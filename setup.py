@@ -21,15 +21,16 @@ setup(
         "pillow>=12.1.1,<13",       # beam's pin
         "numpy>=1.26,<2.5",
         "opencv-python-headless>=4.9",
-        "pycocotools>=2.0.7",
         "datasets>=4.0",
         "huggingface_hub>=1.0",
         "fsspec>=2024.6",
         "pyyaml>=6",
     ],
     extras_require={
-        # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test)
-        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel"],
+        # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);
+        # pycocotools: the reference the streaming COCO reader is checked against
+        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel",
+                 "pycocotools>=2.0.7"],
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],

@@ -1048,7 +1048,8 @@ class Coco(Scenario):
         if ref["kind"] != "view":
             return super().load_frame(ref)
         with Image.open(io.BytesIO(fileio.read_bytes(ref["url"]))) as image:
-            view = image.convert("RGB").crop(tuple(round(v) for v in ref["box"]))
+            # crop, then convert: the same pixels (conversion is per pixel), on the view only
+            view = image.crop(tuple(round(v) for v in ref["box"])).convert("RGB")
             out = io.BytesIO()
             view.save(out, format="JPEG", quality=int(self.params.get("train_jpeg_quality", 90)))
         return out.getvalue()

@@ -14,6 +14,7 @@ picks; COCO: the train2014 annotations).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.records import train_arrow_schema
@@ -73,6 +74,9 @@ def train_shard_rows(examples):
     if len(set(keys)) != len(keys):
         raise ValueError("train examples repeat keys")
     plan = shard_plan(keys, TRAIN_ROWS_PER_SHARD, "train")
+    # the examples each scenario contributed: the reports check raw items against them
+    examples_by_label = Counter(v["scenario"] for v in examples)
+    yield {"kind": "train_pool", "examples": dict(sorted(examples_by_label.items()))}
     for value in examples:
         index, count = plan[value["key"]]
         yield {"kind": "shard_row", "shard": (TRAIN, "", index, count, False), "row": value}
@@ -106,12 +110,14 @@ def _mix(rows) -> dict:
 
 def summarize_train(values: list[dict]) -> dict:
     """Per scenario: raw items, exclusions, examples and dead letters of the train branch, and
-    the ambiguous/unambiguous mix of the written split."""
-    from collections import Counter
-
-    report = {}
+    whether raw items = examples + dead letters + exclusions (as the test branch checks); the
+    ambiguous/unambiguous mix, rows, shards and bytes of the written split."""
+    report, examples = {}, Counter()
     for v in values:
         label = v.get("scenario", "")
+        if v["kind"] == "train_pool":
+            examples.update(v["examples"])
+            continue
         if v["kind"] == "shard" and v["split"] == TRAIN:
             for config, mix in v["mix"].items():
                 entry = report.setdefault("mix", {}).setdefault(config, Counter())
@@ -130,7 +136,11 @@ def summarize_train(values: list[dict]) -> dict:
             entry["excluded"][v["what"].split(":", 1)[1]] += v["n"]
         elif v["kind"] == "dead_letter":
             entry["dead_letters"] += 1
-    for entry in report.get("scenarios", {}).values():
+    for name, entry in report.get("scenarios", {}).items():
+        entry["examples"] = examples[train_label(name)]
+        entry["accounted"] = entry["raw_items"] == (
+            entry["examples"] + entry["dead_letters"] + sum(entry["excluded"].values()))
         entry["excluded"] = dict(sorted(entry["excluded"].items()))
+    report["examples"] = sum(examples.values())
     report["mix"] = {c: dict(m) for c, m in sorted(report.get("mix", {}).items())}
     return report

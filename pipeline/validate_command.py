@@ -97,6 +97,16 @@ def check_build_report(root: str) -> tuple[dict | None, list[str]]:
         if not entry.get("accounted", False):
             problems.append(f"reports/build.json: {name}: raw items ({entry.get('raw_items')}) "
                             "!= samples + dead letters + exclusions")
+    train = report.get("train") or {}
+    for name, entry in sorted(train.get("scenarios", {}).items()):
+        balance = entry.get("examples", 0) + entry.get("dead_letters", 0) + sum(
+            entry.get("excluded", {}).values())
+        if not entry.get("accounted", False) or entry.get("raw_items") != balance:
+            problems.append(f"reports/build.json: train split: {name}: raw items "
+                            f"({entry.get('raw_items')}) != examples + dead letters + exclusions")
+    if train.get("scenarios") and train.get("rows", 0) != train.get("examples"):
+        problems.append(f"reports/build.json: train split: {train.get('rows', 0)} rows written "
+                        f"for {train.get('examples')} examples")
     return report, problems
 
 

@@ -166,12 +166,40 @@ def test_missing_build_report_is_reported(broken):
     assert_reported(validate_folder(broken), "build.json: missing")
 
 
-def test_unaccounted_scenario_is_reported(broken):
-    path = os.path.join(broken, "reports", "build.json")
+def write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def edit_build_report(root: str, edit) -> None:
+    path = os.path.join(root, "reports", "build.json")
     report = read_json(path)
-    report["scenarios"]["quickdraw"]["accounted"] = False
-    json.dump(report, open(path, "w", encoding="utf-8"))
+    edit(report)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+
+
+def test_unaccounted_scenario_is_reported(broken):
+    edit_build_report(broken, lambda r: r["scenarios"]["quickdraw"].update(accounted=False))
     assert_reported(validate_folder(broken), "quickdraw", "dead letters")
+
+
+def test_built_train_split_is_accounted_for(built_miniature):
+    train = read_json(os.path.join(built_miniature, "reports", "build.json"))["train"]
+    assert train["scenarios"] and all(e["accounted"] for e in train["scenarios"].values())
+    assert train["rows"] == train["examples"] == sum(
+        e["examples"] for e in train["scenarios"].values())
+
+
+def test_unaccounted_train_scenario_is_reported(broken):
+    def lose_an_example(report):
+        entry = report["train"]["scenarios"]["quickdraw"]
+        entry["examples"] -= 1  # the stored flag still says accounted: the numbers are checked
+        report["train"]["examples"] -= 1
+
+    edit_build_report(broken, lose_an_example)
+    assert_reported(validate_folder(broken), "train split: quickdraw", "examples")
+    assert_reported(validate_folder(broken), "rows written for")
 
 
 def test_report_row_count_mismatch_is_reported(broken):
@@ -182,8 +210,7 @@ def test_report_row_count_mismatch_is_reported(broken):
 def test_card_without_a_config_folder_is_reported(broken):
     card = os.path.join(broken, "README.md")
     text = file_text(card)
-    open(card, "w", encoding="utf-8").write(text.replace("config_name: QuickDraw",
-                                                         "config_name: SomethingElse"))
+    write_text(card, text.replace("config_name: QuickDraw", "config_name: SomethingElse"))
     problems = validate_folder(broken)
     assert_reported(problems, "config folder 'QuickDraw' is not in the card")
     assert_reported(problems, "card config 'SomethingElse' has no shard folder")
@@ -192,8 +219,8 @@ def test_card_without_a_config_folder_is_reported(broken):
 def test_card_glob_without_shards_is_reported(broken):
     card = os.path.join(broken, "README.md")
     text = file_text(card)
-    open(card, "w", encoding="utf-8").write(text.replace("path: QuickDraw/test-*.parquet",
-                                                         "path: QuickDraw/train-*.parquet"))
+    write_text(card, text.replace("path: QuickDraw/test-*.parquet",
+                                  "path: QuickDraw/train-*.parquet"))
     assert_reported(validate_folder(broken), "no shard matches 'QuickDraw/train-*.parquet'")
 
 

@@ -1,6 +1,6 @@
-"""The same inputs give byte-identical shards: across runs, and between the default local run (a
-worker thread per core), one in-memory worker, and two worker processes (whose bundles and
-processing order differ)."""
+"""The same inputs give byte-identical shards: across runs, and between the default local run (one
+in-memory worker), two worker threads and two worker processes (whose bundles and processing
+order differ)."""
 from __future__ import annotations
 
 import os
@@ -24,14 +24,15 @@ def _compare(a: str, b: str) -> None:
                 assert file_bytes(path) == file_bytes(twin), path
 
 
-def test_a_single_worker_build_matches_the_default_threaded_one(tmp_path, miniature_root,
-                                                                built_miniature):
-    again = str(tmp_path / "again")
-    run(again, miniature_root, "all", "--direct_num_workers=1")  # in_memory
-    _compare(built_miniature, again)
+def test_two_worker_threads_match_one_in_memory_worker(tmp_path, miniature_root,
+                                                       built_miniature):
+    threaded = str(tmp_path / "threaded")
+    run(threaded, miniature_root, "all", "--direct_num_workers=2",
+        "--direct_running_mode=multi_threading")
+    _compare(built_miniature, threaded)
 
 
-def test_multi_processing_matches_threads(tmp_path, miniature_root, built_miniature):
+def test_multi_processing_matches_in_memory(tmp_path, miniature_root, built_miniature):
     parallel = str(tmp_path / "parallel")
     run(parallel, miniature_root, "all", "--direct_num_workers=2",
         "--direct_running_mode=multi_processing")

@@ -89,14 +89,20 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
     floor_s = sum(t["seconds"] for t in timings.values()) / cores
     builds = {}
     for mode in args.modes:
-        runs = []
+        runs, failures = [], []
         for attempt in range(args.repeat):
             log(f"build ({mode}, run {attempt + 1} of {args.repeat}) ...")
             out = os.path.join(args.workdir, f"out-{fraction:g}")
-            runs.append(measure.run_build(
-                root, out, os.path.join(args.workdir, f"build-{fraction:g}-{mode}.log"), mode,
-                args.workers, args.build_args.split()))
-        builds[mode] = summarize_runs(runs)
+            log_path = os.path.join(args.workdir, f"build-{fraction:g}-{mode}-{attempt + 1}.log")
+            try:
+                runs.append(measure.run_build(root, out, log_path, mode, args.workers,
+                                              args.build_args.split()))
+            except RuntimeError as err:  # a failed build is a finding, not a crash of the bench
+                log(f"build FAILED: {err}: {failure_line(log_path)}")
+                failures.append({"log": log_path, "error": failure_line(log_path)})
+        if not runs:
+            raise RuntimeError(f"every {mode} build failed at {fraction:g}: {failures}")
+        builds[mode] = dict(summarize_runs(runs), failed_runs=failures)
         log(f"{mode}: build {builds[mode]['wall_s']:.1f} s (runs: "
             f"{', '.join(f'{r:.1f}' for r in builds[mode]['wall_s_runs'])}), floor "
             f"{floor_s:.1f} s, ratio {builds[mode]['wall_s'] / floor_s:.2f}, peak "
@@ -117,6 +123,14 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
     if mismatch:
         result["sample_count_mismatch"] = mismatch
     return result
+
+
+def failure_line(log_path: str) -> str:
+    """The build's own last word on why it failed (its BUILD FAILED line, or the last line)."""
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        lines = [line.strip() for line in handle if line.strip()]
+    failed = [line for line in lines if "BUILD FAILED" in line]
+    return (failed or lines or [""])[-1][:300]
 
 
 def fastest_floor(attempts: list[dict]) -> dict:
@@ -220,6 +234,10 @@ def main(argv=None) -> int:
     checks = verdict(results, trend)
     print()
     print(table(results, trend))
+    for r in results:
+        for mode, build in r["builds"].items():
+            for failure in build["failed_runs"]:
+                print(f"FAILED build at {r['fraction']:g} ({mode}): {failure['error']}")
     print("targets:", ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in checks.items()))
     if args.json:
         figures = {"date": datetime.date.today().isoformat(),

@@ -171,8 +171,8 @@ def configure_runner(options: PipelineOptions) -> str:
 
     A local run keeps Beam's default, one in-memory worker, unless `--direct_num_workers` asks
     for more: a threaded build lost part of one stage's output once in about twenty 10%-scale
-    benchmark builds (caught by the accounting check, see README "Scale"), and one in-memory
-    worker has no concurrency in which to lose anything."""
+    benchmark builds (caught by the accounting check; README, "Running locally"), and one
+    in-memory worker has no concurrency in which to lose anything."""
     standard = options.view_as(StandardOptions)
     if standard.runner in ("DaskRunner", DASK_RUNNER):
         from apache_beam.runners.dask.dask_runner import DaskOptions

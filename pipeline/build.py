@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 
 import apache_beam as beam
 
@@ -82,20 +83,30 @@ class ListUnits(beam.DoFn):
 def unit_values(scenario, unit, read):
     """The result values of reading one unit with `read` (the scenario's `read_unit` or
     `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
-    becomes one dead letter, never a crash; every value is made safe to cross a coder."""
+    becomes one dead letter, never a crash; every value is made safe to cross a coder.
+
+    Counts are summed over the unit and emitted once at its end (also when it fails part way):
+    a scenario counts per raw item, and a real QuickDraw file holds ~150k drawings, so one value
+    per item would put tens of millions of elements through every shuffle after this stage."""
     name = scenario.name
     if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name (results.utf8_unit)
         yield results.count(name, "raw_items", 1)
         yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
         return
+    counts = Counter()
     try:
         for value in read(unit):
-            yield results.utf8_safe(value)
+            if value["kind"] == "count":
+                counts[value["scenario"], value["what"]] += value["n"]
+            else:
+                yield results.utf8_safe(value)
     except Exception as err:  # noqa: BLE001 - errors are values here
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
-        yield results.count(name, "raw_items", 1)
+        counts[name, "raw_items"] += 1
         yield results.utf8_safe(scenario.dead_letter(
             unit, f"unreadable source unit: {type(err).__name__}: {err}"))
+    for (label, what), n in sorted(counts.items()):
+        yield results.count(label, what, n)
 
 
 def bad_item_letter(scenario, label: str, key: str, err) -> dict:

@@ -1,0 +1,46 @@
+"""Reading one unit: counts are summed over the unit (one value per kind, not one per raw item),
+other values pass through in order, and a unit that fails part way keeps what it counted."""
+from proactivebench_builder.pipeline import results
+from proactivebench_builder.pipeline.build import unit_values
+from proactivebench_builder.transforms.quickdraw import QuickDraw
+
+
+def scenario():
+    return QuickDraw(0, "/nowhere")
+
+
+def reader(values, error=None):
+    def read(unit):
+        yield from values
+        if error:
+            raise error
+    return read
+
+
+def counts_of(values):
+    return {(v["scenario"], v["what"]): v["n"] for v in values if v["kind"] == "count"}
+
+
+def test_counts_are_summed_once_per_unit():
+    values = []
+    for i in range(1000):
+        values.append(results.count("quickdraw", "raw_items"))
+        if i % 10 == 0:
+            values.append(results.count("quickdraw", "excluded:not_recognized"))
+    values.append(results.candidate("quickdraw", "QuickDraw/cat/1", {"x": 1}))
+    values.append(results.count("quickdraw", "excluded:not_sampled", 899))
+    out = list(unit_values(scenario(), "cat.ndjson", reader(values)))
+    assert [v["kind"] for v in out] == ["candidate", "count", "count", "count"]
+    assert counts_of(out) == {("quickdraw", "raw_items"): 1000,
+                              ("quickdraw", "excluded:not_recognized"): 100,
+                              ("quickdraw", "excluded:not_sampled"): 899}
+
+
+def test_a_unit_failing_part_way_keeps_its_counts_and_becomes_a_dead_letter():
+    values = [results.count("quickdraw", "raw_items"), results.count("quickdraw", "raw_items"),
+              results.dead_letter("quickdraw", "cat.ndjson:2", "malformed ndjson line")]
+    out = list(unit_values(scenario(), "cat.ndjson", reader(values, OSError("disk gone"))))
+    letters = [v for v in out if v["kind"] == "dead_letter"]
+    assert [v["reason"] for v in letters] == [
+        "malformed ndjson line", "unreadable source unit: OSError: disk gone"]
+    assert counts_of(out) == {("quickdraw", "raw_items"): 3}  # two read, plus the unit itself

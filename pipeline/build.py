@@ -42,7 +42,10 @@ def scenario_instance(name: str, params: dict, root: str | None = None):
                  repr(sorted(overrides.items())))
     scenario = _SCENARIOS.get(cache_key)
     if scenario is None:
+        from proactivebench_builder.pipeline.allocator import return_freed_buffers
         from proactivebench_builder.transforms import get_scenario
+
+        return_freed_buffers()  # in every worker process (idempotent)
 
         scenario = get_scenario(name)(params["seed"], root)
         scenario.params.update(overrides)

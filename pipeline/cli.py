@@ -203,6 +203,9 @@ def run_pipeline(options: PipelineOptions, params: dict) -> None:
 
 def run_build(argv: list[str]) -> dict:
     """Build the benchmark; returns the build report (`reports/build.json`)."""
+    from proactivebench_builder.pipeline.allocator import return_freed_buffers
+
+    return_freed_buffers()  # the driver (and the workers of an in-process runner)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
     params = build_params(opts, argv)

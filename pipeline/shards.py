@@ -1,7 +1,9 @@
 """The per-scenario pool step (ids, selection, shard plan) and the shard writer."""
 from __future__ import annotations
 
+import io
 import logging
+import tempfile
 
 import apache_beam as beam
 
@@ -88,15 +90,44 @@ class AssignIdsAndShards(beam.DoFn):
                 yield {"kind": "shard_row", "shard": (split, name, 0, 1, same), "row": None}
 
 
-def prefetch(scenario, rows: list[dict]) -> dict:
-    """{(row index, frame index): bytes} read in the scenario's `read_order`, when it has one
+SPILL_AFTER_BYTES = 16 << 20  # read-ahead frames beyond this go to a temporary file
+
+
+class ReadAhead:
+    """Frames read before their rows are written, kept in a spooled temporary file: in memory up
+    to SPILL_AFTER_BYTES, on local disk beyond, so a shard of full-size ROD photos (about 170 MB)
+    does not sit in a worker's memory while it is written."""
+
+    def __init__(self):
+        self._file = tempfile.SpooledTemporaryFile(max_size=SPILL_AFTER_BYTES)
+        self._where: dict = {}
+
+    def put(self, key, data: bytes) -> None:
+        self._where[key] = (self._file.seek(0, io.SEEK_END), len(data))
+        self._file.write(data)
+
+    def pop(self, key) -> bytes:
+        offset, size = self._where.pop(key)
+        self._file.seek(offset)
+        return self._file.read(size)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def prefetch(scenario, rows: list[dict]) -> ReadAhead | None:
+    """The frames of one shard's rows, read in the scenario's `read_order` when it has one
     (ROD's tar.gz members: reading them in id order would re-decompress the archive for every
-    backward step); {} when frames are read in row order. Holds one shard's frames."""
+    backward step), keyed by (row index, frame index); None when frames are read in row
+    order."""
     order = [(scenario.read_order(ref), r, f) for r, row in enumerate(rows)
              for f, ref in enumerate(row["frame_refs"])]
     if not any(key for key, _, _ in order):
-        return {}
-    return {(r, f): scenario.load_frame(rows[r]["frame_refs"][f]) for _, r, f in sorted(order)}
+        return None
+    ahead = ReadAhead()
+    for _, r, f in sorted(order):
+        ahead.put((r, f), scenario.load_frame(rows[r]["frame_refs"][f]))
+    return ahead
 
 
 class WriteShard(beam.DoFn):
@@ -137,8 +168,12 @@ class WriteShard(beam.DoFn):
 
         url = fileio.join(split_folder(output, split, scenario.config_name),
                           shard_name("test", index, count))
-        written = write_parquet(url, materialized(), arrow_schema(),
-                                int(scenario.params.get("rows_per_row_group", 64)))
+        try:
+            written = write_parquet(url, materialized(), arrow_schema(),
+                                    int(scenario.params.get("rows_per_row_group", 64)))
+        finally:
+            if prefetched:
+                prefetched.close()
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
                    split=split, path=url)

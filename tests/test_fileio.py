@@ -70,3 +70,16 @@ def test_urls_are_copied():
     fs.pipe("/link-test/a", b"bytes")
     assert fileio.link_or_copy_atomic("memory:///link-test/a", "memory:///link-test/b") == "copy"
     assert fs.cat("/link-test/b") == b"bytes"
+
+
+def test_read_ahead_frames_come_back_in_any_order_and_spill_to_disk(monkeypatch):
+    from proactivebench_builder.pipeline import shards
+
+    monkeypatch.setattr(shards, "SPILL_AFTER_BYTES", 1000)
+    ahead = shards.ReadAhead()
+    frames = {(r, f): bytes([r * 7 + f]) * (300 + r * 10 + f) for r in range(3) for f in range(4)}
+    for key in sorted(frames, reverse=True):  # read order differs from write order
+        ahead.put(key, frames[key])
+    assert ahead._file._rolled  # past the threshold the frames live in a temporary file
+    assert [ahead.pop(key) for key in sorted(frames)] == [frames[k] for k in sorted(frames)]
+    ahead.close()

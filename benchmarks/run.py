@@ -15,8 +15,8 @@ then measures
   (benchmarks/floor.py), also the fastest of --repeat;
 and prints a table with the ratio build/floor, how time and memory grow between the smallest and
 the largest fraction (the exponent of time ~ fraction^k), the build time split into a fixed
-cost and a marginal ratio, and the extrapolated full-scale build time. The figures go to --json. Not part of the test suite: it takes minutes, and a timing is
-never asserted in a test.
+cost and a marginal ratio, and the extrapolated full-scale build time. The figures go to
+--json. Not part of the test suite: it takes minutes, and a timing is never asserted in a test.
 """
 from __future__ import annotations
 
@@ -98,8 +98,8 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
                 runs.append(measure.run_build(root, out, log_path, mode, args.workers,
                                               args.build_args.split()))
             except RuntimeError as err:  # a failed build is a finding, not a crash of the bench
-                log(f"build FAILED: {err}: {failure_line(log_path)}")
                 failures.append({"log": log_path, "error": failure_line(log_path)})
+                log(f"build FAILED: {err}: {failures[-1]['error']}")
         if not runs:
             raise RuntimeError(f"every {mode} build failed at {fraction:g}: {failures}")
         builds[mode] = dict(summarize_runs(runs), failed_runs=failures)
@@ -191,20 +191,12 @@ def table(results: list[dict], trend: dict) -> str:
               "peak MiB", "CPU s")
     rows = [header]
     for r in results:
-        b = r["build"]
-        rows.append((f"{r['fraction']:g} ({b['mode']})", r["samples"], r["frames"],
-                     f"{b['wall_s']:.1f}",
-                     f"{r['frames_per_s']:.0f}", f"{r['floor']['floor_s']:.1f}",
-                     f"{r['ratio']:.2f}", f"{b['peak_rss_bytes'] / 2**20:.0f}",
-                     f"{b['cpu_s']:.1f}"))
-        for mode, n in r["builds"].items():
-            if n is b:
-                continue
+        floor_s = r["floor"]["floor_s"]
+        for mode, b in r["builds"].items():  # the checked mode first
             rows.append((f"{r['fraction']:g} ({mode})", r["samples"], r["frames"],
-                         f"{n['wall_s']:.1f}", f"{r['frames'] / n['wall_s']:.0f}",
-                         f"{r['floor']['floor_s']:.1f}",
-                         f"{n['wall_s'] / r['floor']['floor_s']:.2f}",
-                         f"{n['peak_rss_bytes'] / 2**20:.0f}", f"{n['cpu_s']:.1f}"))
+                         f"{b['wall_s']:.1f}", f"{r['frames'] / b['wall_s']:.0f}",
+                         f"{floor_s:.1f}", f"{b['wall_s'] / floor_s:.2f}",
+                         f"{b['peak_rss_bytes'] / 2**20:.0f}", f"{b['cpu_s']:.1f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

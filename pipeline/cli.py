@@ -161,7 +161,7 @@ DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEFAULT_DASK_PARTITIONS = 16
 
 
-LOCAL_RUNNERS = (None, "DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
+LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")  # as configure_runner names them
 
 
 def configure_runner(options: PipelineOptions) -> str:

@@ -161,7 +161,8 @@ DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEFAULT_DASK_PARTITIONS = 16
 
 
-LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")  # as configure_runner names them
+# local runners, by the names configure_runner returns
+LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
 
 
 def configure_runner(options: PipelineOptions) -> str:

@@ -3,7 +3,7 @@
 sources, into ./build/proactivebench, on the local runner. `--help` lists every flag."""
 import sys
 
-from proactivebench_builder.pipeline.cli import main
+from proactivebench_builder.pipeline.commands.build import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,7 @@ setup(
     description="Rebuilds the ProactiveBench benchmark from its raw sources on Apache Beam, "
                 "with a thin evaluation runtime.",
     python_requires=">=3.10",
-    packages=[f"{NAMESPACE}.{folder}" for folder in FOLDERS],
+    packages=[f"{NAMESPACE}.{folder}" for folder in FOLDERS] + [f"{NAMESPACE}.pipeline.commands"],
     package_dir={f"{NAMESPACE}.{folder}": folder for folder in FOLDERS},
     package_data={f"{NAMESPACE}.source_manifests": ["*.yaml", "*.json"]},
     install_requires=[
@@ -38,7 +38,7 @@ setup(
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [
-        "proactivebench-build=proactivebench_builder.pipeline.cli:main",
+        "proactivebench-build=proactivebench_builder.pipeline.commands.build:main",
         "proactivebench-eval=proactivebench_builder.runtime.cli:main",
     ]},
 )

@@ -24,7 +24,7 @@ Before anything is planned the folder is checked (`check_built_folder`): the car
 `configs:` block, every split's globs match shards that open with pyarrow (test and unfiltered
 with every record column, one schema per split), their row counts are those of
 `reports/build.json`, and no Parquet file is unreachable from the card. When
-`pipeline/validate_command.py` provides `validate_folder`, its row-level checks run as well.
+`pipeline/commands/validate.py` provides `validate_folder`, its row-level checks run as well.
 Token and repository are checked next, before any archive is packed.
 
 How it is published:
@@ -261,11 +261,11 @@ def check_build_report(folder: str, files: list[str], rows: dict) -> list[str]:
 
 
 def external_validator():
-    """`validate_folder(path) -> list[str]` from pipeline/validate_command.py, when present."""
+    """`validate_folder(path) -> list[str]` from pipeline/commands/validate.py, when present."""
     try:
-        module = importlib.import_module("proactivebench_builder.pipeline.validate_command")
+        module = importlib.import_module("proactivebench_builder.pipeline.commands.validate")
     except ModuleNotFoundError as err:
-        if err.name != "proactivebench_builder.pipeline.validate_command":
+        if err.name != "proactivebench_builder.pipeline.commands.validate":
             raise
         return None
     return getattr(module, "validate_folder", None)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from proactivebench_builder.pipeline.cli import run_build
+from proactivebench_builder.pipeline.commands.build import run_build
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.transforms import load_scenarios
 

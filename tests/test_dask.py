@@ -17,7 +17,7 @@ from conftest import read_jsonl, run
 
 distributed = pytest.importorskip("distributed")
 
-from proactivebench_builder.pipeline.cli import run_build
+from proactivebench_builder.pipeline.commands.build import run_build
 
 # Files whose text records the command line, which names the runner; compared without it.
 STAMPED = {"README.md", os.path.join("reports", "build.json")}

@@ -520,7 +520,7 @@ def test_non_utf8_file_name(tmp_path, miniature_root, name):
 
 def test_max_bad_fraction_fails_the_build_with_a_clear_message(tmp_path, miniature_root,
                                                                 capsys):
-    from proactivebench_builder.pipeline.cli import BuildFailed, main, run_build
+    from proactivebench_builder.pipeline.commands.build import BuildFailed, main, run_build
 
     sources_root, root = copy_source(miniature_root, tmp_path, "quickdraw")
     inject_quickdraw(root)

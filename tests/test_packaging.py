@@ -7,18 +7,23 @@ checks the archive holds every module and every manifest/data file, installs it 
 virtual environment, and builds the miniature benchmark from that installation, from a working
 directory outside the source tree, comparing the shards with the build from the source tree.
 
-To keep it fast and offline, the environment is made with `--system-site-packages` and the
-sdist installed with `--no-deps --no-build-isolation` (the dependencies, Beam included, come
-from the system site-packages, as the worker image's would). The system site-packages also
-hold this repository's *editable* install, whose import hook could serve a module from the
-source tree if the sdist lacked it, so the test proves the opposite: the source tree is not on
-`sys.path`, and after the build every loaded `proactivebench_builder` module (including those
-the DoFns imported while running in-process) was loaded from the environment's own copy.
+To keep it fast and offline, the sdist is first built into a wheel by the running interpreter
+(`pip wheel --no-deps --no-build-isolation`, the build a worker's pip does), then the wheel is
+installed with `--no-deps --no-index` into a new environment whose dependencies, Beam included,
+come from the running environment's site-packages through a `.pth` file (as the worker image's
+would). That is hermetic: `venv --system-site-packages` would expose the *base* interpreter's
+packages, not those of the virtual environment the tests run in, and pass or fail with whatever
+the machine happens to hold. A path listed in a `.pth` file is not itself a site directory, so
+the `.pth` import hook of this repository's editable install stays inactive in the new
+environment; the test still proves that the source tree is not on `sys.path`, and that after
+the build every loaded `proactivebench_builder` module (including those the DoFns imported
+while running in-process) was loaded from the environment's own copy.
 """
 from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import tarfile
@@ -44,7 +49,7 @@ def loaded_files():
 
 on_path = [p for p in sys.path if p and os.path.isdir(p) and
            (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
-from proactivebench_builder.pipeline import cli
+from proactivebench_builder.pipeline.commands import build as cli
 status = cli.main(argv)
 json.dump({"status": status, "prefix": sys.prefix, "source_tree_on_path": on_path,
            "cwd": os.getcwd(), "modules": loaded_files()}, open(report_path, "w"))
@@ -55,10 +60,13 @@ def expected_members() -> set[str]:
     """Every module and data file of the package folders, as the source tree has them."""
     found = set()
     for folder in PACKAGE_FOLDERS:
-        for name in os.listdir(os.path.join(SOURCE_TREE, folder)):
-            if name.endswith(".py") or (folder == "source_manifests" and
-                                        name.endswith(DATA_SUFFIXES)):
-                found.add(f"{folder}/{name}")
+        for parent, dirs, names in os.walk(os.path.join(SOURCE_TREE, folder)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            relative = os.path.relpath(parent, SOURCE_TREE)
+            for name in names:
+                if name.endswith(".py") or (folder == "source_manifests" and
+                                            name.endswith(DATA_SUFFIXES)):
+                    found.add(f"{relative}/{name}")
     return found
 
 
@@ -77,14 +85,25 @@ def sdist(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def venv_python(sdist, tmp_path_factory) -> str:
     """A fresh virtual environment with the sdist installed (see the module docstring)."""
-    pytest.importorskip("wheel", reason="installing an sdist offline needs the `wheel` package")
-    venv = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+    wheels = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+                    "--no-build-isolation", "--wheel-dir", str(wheels), sdist],
                    check=True, capture_output=True)
+    wheel = [str(wheels / n) for n in os.listdir(wheels) if n.endswith(".whl")]
+    assert len(wheel) == 1, wheel
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--no-build-isolation", sdist], check=True, capture_output=True,
-                   cwd=str(venv))
+    own_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                               "['purelib'])"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    with open(os.path.join(own_site, "dependencies-of-the-test-run.pth"), "w") as pth:
+        pth.write("\n".join(site.getsitepackages()) + "\n")
+    # The running environment's pip installs into the new one (--target would skip its metadata).
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--prefix", str(venv), "--no-warn-script-location", wheel[0]], check=True,
+                   capture_output=True)
     return python
 
 

@@ -23,7 +23,7 @@ from huggingface_hub.errors import RepositoryNotFoundError  # noqa: E402
 from huggingface_hub.hf_api import RepoFile, RepoFolder  # noqa: E402
 
 from proactivebench_builder.pipeline import publish  # noqa: E402
-from proactivebench_builder.pipeline.publish_command import main  # noqa: E402
+from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
 from conftest import file_bytes, file_text, read_json
 
@@ -291,7 +291,7 @@ def test_a_train_split_is_published_when_present(built, tmp_path):
 
 
 def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys):
-    validate_command = pytest.importorskip("proactivebench_builder.pipeline.validate_command")
+    validate_command = pytest.importorskip("proactivebench_builder.pipeline.commands.validate")
     monkeypatch.undo()  # the real external_validator, which finds validate_command
     seen = []
     monkeypatch.setattr(validate_command, "validate_folder",

@@ -103,7 +103,7 @@ def test_bad_lines_become_dead_letters_and_the_build_goes_on(tmp_path, miniature
 
 
 def test_too_many_bad_inputs_fail_the_build_clearly(tmp_path, miniature_root):
-    from proactivebench_builder.pipeline.cli import BuildFailed
+    from proactivebench_builder.pipeline.commands.build import BuildFailed
 
     root = _faulty_source(tmp_path, miniature_root)
     with pytest.raises(BuildFailed, match="too many bad inputs.*quickdraw"):

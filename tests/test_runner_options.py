@@ -2,7 +2,7 @@
 unless told otherwise, and the DaskRunner is accepted by its short name with a partition count."""
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-from proactivebench_builder.pipeline import cli
+from proactivebench_builder.pipeline.commands import build as cli
 
 
 def configured(argv):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import file_text, read_json
 from proactivebench_builder.pipeline.records import arrow_schema
-from proactivebench_builder.pipeline.validate_command import main, validate_folder
+from proactivebench_builder.pipeline.commands.validate import main, validate_folder
 
 
 @pytest.fixture

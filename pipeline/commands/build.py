@@ -221,7 +221,7 @@ def run_build(argv: list[str]) -> dict:
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
-    from proactivebench_builder.pipeline.validate_command import validate_folder
+    from proactivebench_builder.pipeline.commands.validate import validate_folder
 
     run_pipeline(options, params)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
@@ -338,15 +338,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def subcommands() -> dict:
-    """Subcommands found by module: pipeline/<name>_command.py with a `main(argv)` and `HELP`."""
+    """Subcommands found by module: pipeline/commands/<name>.py with a `main(argv)` and `HELP`
+    (this module, the build itself, is the one without a name)."""
     import importlib
     import pkgutil
 
-    from proactivebench_builder import pipeline
+    from proactivebench_builder.pipeline import commands
 
     found = {}
-    for module in pkgutil.iter_modules(pipeline.__path__):
-        if module.name.endswith("_command"):
-            mod = importlib.import_module(f"proactivebench_builder.pipeline.{module.name}")
-            found[module.name[: -len("_command")]] = (mod.__name__, mod.HELP)
+    for module in pkgutil.iter_modules(commands.__path__):
+        if module.name != "build":
+            mod = importlib.import_module(f"{commands.__name__}.{module.name}")
+            found[module.name] = (mod.__name__, mod.HELP)
     return found

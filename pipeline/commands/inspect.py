@@ -36,7 +36,7 @@ from proactivebench_builder.pipeline import fileio, plots
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 from proactivebench_builder.pipeline.records import METADATA_COLUMNS
 from proactivebench_builder.pipeline.seeding import stable_hash
-from proactivebench_builder.pipeline.validate_command import (
+from proactivebench_builder.pipeline.commands.validate import (
     COCO, TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
 from proactivebench_builder.transforms import vocabulary
 

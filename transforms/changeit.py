@@ -73,6 +73,7 @@ import os
 import posixpath
 import random
 import re
+import sys
 import tempfile
 
 from proactivebench_builder.pipeline import fileio, results
@@ -598,7 +599,7 @@ def _write_media(root: str, params: dict, video: dict, labels: list[int]) -> Non
     folder = os.path.join(root, params["video_dir"], category)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{video_id}.{video['media']}")
-    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*fourcc), MINIATURE_FPS, MINIATURE_SIZE)
+    writer = _open_video_writer(cv2, path, fourcc)
     if not writer.isOpened():
         raise RuntimeError(f"changeit: OpenCV cannot write {video['media']} video {path}")
     for second, label in enumerate(labels):
@@ -613,6 +614,29 @@ def _write_media(root: str, params: dict, video: dict, labels: list[int]) -> Non
             raise RuntimeError(f"changeit: the miniature video {path} does not decode")
     finally:
         check.close()
+
+
+def _open_video_writer(cv2, path: str, fourcc: str):
+    """OpenCV's FFmpeg backend prints (with a bare fprintf to stderr, which no log level
+    reaches) that the WebM muxer has no tag for 'VP80', then writes VP8, the codec asked for.
+    That line means nothing to a user whose first build writes the miniature, so stderr is
+    captured at the descriptor while the writer opens and every other line is passed on."""
+    notice = f"OpenCV: FFMPEG: tag 0x{cv2.VideoWriter_fourcc(*fourcc):08x}/'{fourcc}' is not " \
+             "supported with codec id"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            return cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*fourcc), MINIATURE_FPS,
+                                   MINIATURE_SIZE)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not line.startswith(notice):
+                    sys.stderr.write(line)
 
 
 def _fix_matroska_track_uid(path: str, name: str) -> None:

@@ -1,0 +1,214 @@
+"""The command-line plumbing every command shares, so that they all treat a mistake the same way.
+
+- `CommandParser`: an `argparse.ArgumentParser` that accepts each flag with `_` or `-` between its
+  words (`--sources_root` and `--sources-root`; --help shows the spelling it was declared with),
+  refuses an unknown or misspelled flag before any work (exit 2, one line on stderr naming the
+  closest valid flag), does not guess abbreviations (argparse would read `--scenario` as
+  `--scenarios` but Beam's parser would not), and reports every error in one line.
+- value types with a range (`fraction`, `positive_int`, ...) that argparse reports as one line.
+- `UsageError`: a user's mistake found after parsing (an unknown scenario, an unusable output
+  folder). It is a `SystemExit` with a message, like the `raise SystemExit("...")` found
+  across the build's checks, so it stops the command even where no entry point catches it; the
+  entry points print any such message as one line and exit 2 (`run_command`).
+- `run_command`: the entry points' wrapper: user errors one line and exit 2, Ctrl-C one line
+  and exit 130, `--debug` shows the traceback of either.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import traceback
+
+SPELLING_NOTE = ("Every flag is accepted with '_' or '-' between its words (e.g. --sources_root "
+                 "or --sources-root).")
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
+class UsageError(SystemExit):
+    """A user's mistake, found before any work; its message is one line for stderr."""
+
+
+def canonical(flag: str) -> str:
+    """The spelling-free form of a long flag: '--sources-root' and '--sources_root' are the same
+    flag. Short flags and plain values are returned unchanged."""
+    if not flag.startswith("--") or flag == "--":
+        return flag
+    return "--" + flag[2:].replace("-", "_")
+
+
+def closest(word: str, candidates, cutoff: float = 0.6) -> str | None:
+    """The candidate nearest to a mistyped word, or None when nothing is close."""
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def unknown_name(kind: str, name: str, known) -> str:
+    """'unknown scenario 'quickdrw'; did you mean 'quickdraw'? (known: ...)'."""
+    known = list(known)
+    guess = closest(name.lower(), {k.lower(): k for k in known})
+    hint = f"; did you mean {dict((k.lower(), k) for k in known)[guess]!r}?" if guess else ""
+    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """See the module docstring. `strict=False` returns unknown arguments to the caller instead
+    of refusing them (the build hands them on to Beam's own option names)."""
+
+    def __init__(self, *args, strict: bool = True, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        epilog = kwargs.get("epilog")
+        kwargs["epilog"] = f"{epilog}\n\n{SPELLING_NOTE}" if epilog else SPELLING_NOTE
+        super().__init__(*args, **kwargs)
+        self.strict = strict
+
+    def long_flags(self) -> dict[str, str]:
+        """Canonical form -> the spelling the flag was declared with (what --help shows)."""
+        return {canonical(s): s for s in self._option_string_actions if s.startswith("--")}
+
+    def normalise(self, args: list[str]) -> list[str]:
+        """Each known long flag rewritten to its declared spelling (values untouched; nothing
+        after a bare `--`)."""
+        flags = self.long_flags()
+        out = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                out.extend(args[i:])
+                break
+            if arg.startswith("--"):
+                flag, eq, value = arg.partition("=")
+                declared = flags.get(canonical(flag))
+                if declared:
+                    arg = declared + eq + value
+            out.append(arg)
+        return out
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        namespace, extras = super().parse_known_args(self.normalise(args), namespace)
+        if self.strict and extras:
+            self.refuse(extras)
+        return namespace, extras
+
+    def refuse(self, extras: list[str], known_flags: dict[str, str] | None = None) -> None:
+        """Exit 2 naming the first unknown flag and the closest known one (or the first stray
+        value when every flag is known)."""
+        flags = self.long_flags() if known_flags is None else known_flags
+        for arg in extras:
+            if arg.startswith("-") and not _is_number(arg):
+                self.error(unknown_flag(arg.partition("=")[0], flags, self.prog))
+        self.error(f"unexpected argument {extras[0]!r} (run {self.prog} --help for usage)")
+
+    def error(self, message: str):
+        """One line on stderr and exit 2 (argparse would print the whole usage first)."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def unknown_flag(flag: str, flags: dict[str, str], prog: str) -> str:
+    """'unknown flag --ouput; did you mean --output?' from canonical -> declared spellings."""
+    guess = closest(canonical(flag), flags)
+    hint = f"; did you mean {flags[guess]}?" if guess else ""
+    return f"unknown flag {flag}{hint} (run {prog} --help for every flag)"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ---- value types with a range ----------------------------------------------------------------
+
+
+def _number(kind, text: str, check, expected: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    if value != value or not check(value):  # value != value: NaN passes no range
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    return _number(float, text, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
+
+
+def positive_fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    return _number(float, text, lambda v: 0.0 < v <= 1.0, "above 0 and at most 1")
+
+
+def positive_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 1, "at least 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(int, text, lambda v: v >= 0, "0 or more")
+
+
+def positive_float(text: str) -> float:
+    return _number(float, text, lambda v: 0.0 < v < float("inf"), "a positive number")
+
+
+def int_at_least(low: int):
+    """An integer type that refuses values below `low` (e.g. --max_frames >= 2)."""
+    def at_least(text: str) -> int:
+        return _number(int, text, lambda v: v >= low, f"at least {low}")
+    at_least.__name__ = f"int_at_least_{low}"
+    return at_least
+
+
+# ---- entry points ----------------------------------------------------------------------------
+
+
+def run_command(prog: str, body, argv: list[str]) -> int:
+    """Run `body(argv)` as a command: a UsageError is one line on stderr and exit 2; Ctrl-C is
+    one line and exit 130 (what a shell expects). With --debug in argv both show their
+    traceback. Any other exception is a bug and keeps its traceback."""
+    debug = any(canonical(a) == "--debug" for a in argv)
+    try:
+        return body(argv)
+    except SystemExit as err:
+        if not isinstance(err.code, str):  # argparse's own exit (--help, or its one-line error)
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {err.code}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+# ---- known noise -----------------------------------------------------------------------------
+
+# Logged on the root logger by Beam's import of its BigQuery client (apache_beam.io.gcp), in
+# every process that imports Beam: the build never touches BigQuery, so it means nothing to
+# our users. Matched by its exact opening so that no other warning is hidden.
+BEAM_APITOOLS_NOISE = "apitools not found, and bigquery client libraries are not available"
+
+
+class _KnownNoise:
+    """A logging filter dropping records whose message opens with one of `prefixes`."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        self.prefixes = prefixes
+
+    def filter(self, record) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.prefixes))
+
+
+def silence_known_noise() -> None:
+    """Install the filter on the root logger (once), before Beam is imported."""
+    import logging
+
+    root = logging.getLogger()
+    if not any(isinstance(f, _KnownNoise) for f in root.filters):
+        root.addFilter(_KnownNoise((BEAM_APITOOLS_NOISE,)))

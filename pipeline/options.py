@@ -1,8 +1,15 @@
 """Command-line options of a build, as a Beam `PipelineOptions` subclass: the app flags travel
-inside the serialized options, so workers (and Dataflow templates) see them too."""
+inside the serialized options, so workers (and Dataflow templates) see them too.
+
+Flags are declared with underscores, the only spelling Beam's parser knows; the build's command
+line (`pipeline/commands/build.py`) accepts hyphens too and rewrites them before Beam sees them.
+Value types carry their ranges, so a bad value stops the command before any work."""
 from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from proactivebench_builder.pipeline.commands.arguments import (
+    fraction, positive_fraction, positive_int)
 
 DEFAULT_OUTPUT = "build/proactivebench"
 DEFAULT_MINIATURE_ROOT = "build/miniature_sources"
@@ -43,11 +50,11 @@ class BuildOptions(PipelineOptions):
             help="'released' (the published kept ids) or a JSON file of kept ids per config; "
                  "only valid on an imported upstream release.")
         parser.add_argument(
-            "--filter_threshold", type=float, default=0.25,
+            "--filter_threshold", type=positive_fraction, default=0.25,
             help="Drop a sample when at least this fraction of models answers it correctly in "
-                 "the first round (default: %(default)s).")
+                 "the first round; above 0, at most 1 (default: %(default)s).")
         parser.add_argument(
-            "--min_models", type=int, default=1,
+            "--min_models", type=positive_int, default=1,
             help="Fewest models that must have answered a sample for the filter to judge it.")
         parser.add_argument(
             "--allow_partial_predictions", action="store_true",
@@ -62,9 +69,9 @@ class BuildOptions(PipelineOptions):
             help="Before any work, compare each source folder with its manifest's pinned file "
                  "counts (expected_files) and sha256 checksums, and stop listing every mismatch.")
         parser.add_argument(
-            "--max_bad_fraction", type=float, default=0.05,
+            "--max_bad_fraction", type=fraction, default=0.05,
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "
-                 "items (default: %(default)s).")
+                 "items; between 0 and 1 (default: %(default)s).")
         parser.add_argument(
             "--final_validation", choices=("full", "fast", "off"), default="fast",
             help="Check the written folder against the record contract at the end (as the "
@@ -78,3 +85,7 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--no_upstream_export", action="store_true",
             help="Skip writing DIR/upstream (the upstream JSONL layout with image files).")
+        parser.add_argument(
+            "--debug", action="store_true",
+            help="Show the full traceback of a refused command or an interrupted build (a bug "
+                 "always shows its traceback).")

@@ -15,6 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.build import BuildBenchmark
+from proactivebench_builder.pipeline.commands.arguments import (
+    CommandParser, UsageError, canonical, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
@@ -41,8 +43,11 @@ def choose_scenarios(spec: str) -> dict:
     chosen = {}
     for name in (s.strip() for s in spec.split(",") if s.strip()):
         if name not in registered:
-            raise SystemExit(f"unknown scenario {name!r}; registered: {', '.join(registered)}")
+            raise UsageError("--scenarios: " + unknown_name("scenario", name, registered))
         chosen[name] = registered[name]
+    if not chosen:
+        raise UsageError(f"--scenarios {spec!r} names no scenario (known: "
+                         f"{', '.join(registered)}, or all)")
     return chosen
 
 
@@ -52,8 +57,15 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     overrides = {}
     for item in opts.source:
         name, sep, url = item.partition("=")
-        if not sep or name not in scenarios:
-            raise SystemExit(f"--source expects SCENARIO=URL with a chosen scenario, got {item!r}")
+        if not sep:
+            raise UsageError(f"--source expects SCENARIO=URL, got {item!r}")
+        if name not in scenarios:
+            registered = load_scenarios()
+            raise UsageError(
+                f"--source {item!r}: " + (f"{name} is not among the scenarios built "
+                                          f"({', '.join(sorted(scenarios))}; see --scenarios)"
+                                          if name in registered else
+                                          unknown_name("scenario", name, registered)))
         overrides[name] = _absolute(url)
     root = opts.sources_root
     missing = [n for n in scenarios if n not in overrides]
@@ -207,8 +219,10 @@ def run_build(argv: list[str]) -> dict:
     from proactivebench_builder.pipeline.allocator import return_freed_buffers
 
     return_freed_buffers()  # the driver (and the workers of an in-process runner)
+    argv = parse_build_flags(argv)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
+    check_output_folder(opts.output)
     params = build_params(opts, argv)
     if opts.verify_sources:
         check_sources(params)
@@ -308,6 +322,87 @@ def configure_logging() -> None:
     LOG.propagate = False
 
 
+PROG = "run_pipeline.py"
+BEAM_OPTIONS_URL = ("https://beam.apache.org/releases/pydoc/current/"
+                    "apache_beam.options.pipeline_options.html")
+
+
+def help_parser(commands: dict) -> CommandParser:
+    """The build's own flags, for --help (Beam's ~200 flags are only named)."""
+    import argparse
+
+    listing = "\n".join(f"  {name:10s} {text}" for name, (_, text) in sorted(commands.items()))
+    parser = CommandParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{PROG} [build flags] [Beam flags]\n       {PROG} <subcommand> --help",
+        description="Build ProactiveBench. Without flags: every registered scenario, from the "
+                    "bundled miniature\nsources, into ./build/proactivebench, on the local "
+                    "runner.\n\nSubcommands:\n" + listing,
+        epilog="Any Beam pipeline option is accepted too, e.g. --runner, --direct_num_workers, "
+               "--direct_running_mode,\n--temp_location, --project, --region, --setup_file, "
+               "--dask_client_address; all of them:\n" + BEAM_OPTIONS_URL)
+    BuildOptions._add_argparse_args(parser)
+    return parser
+
+
+def beam_flags_parser(argv: list[str]) -> CommandParser:
+    """A parser that knows exactly the flags Beam's `PipelineOptions` will read from `argv`:
+    those of every loaded `PipelineOptions` subclass (BuildOptions among them), collected as
+    Beam collects them, plus the DaskRunner's when the command line mentions Dask (its
+    module costs half a second to import). Beam itself drops an unknown flag with a warning;
+    this parser refuses it."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    if any("dask" in arg.lower() for arg in argv):
+        try:
+            import apache_beam.runners.dask.dask_runner  # noqa: F401  (defines DaskOptions)
+        except ImportError:  # the [dask] extra is not installed: --runner DaskRunner says so
+            pass
+
+    class BeamFlags(CommandParser, _BeamArgumentParser):
+        pass
+
+    parser = BeamFlags(prog=PROG, add_help=False)
+    classes = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def parse_build_flags(argv: list[str]) -> list[str]:
+    """The build's command line, checked before any work: every flag must be one of the build's
+    or a real Beam option, each value must parse; returns it with every flag spelled as
+    declared (underscores), which is what Beam's parser needs."""
+    parser = beam_flags_parser(argv)
+    argv = parser.normalise(list(argv))
+    parser.parse_args(argv)  # exits 2 with one line on an unknown flag or a bad value
+    return argv
+
+
+def check_output_folder(output: str) -> None:
+    """A local --output that cannot become a folder stops the command before any work (the
+    build would otherwise fail only after it ran). Remote URLs are left to their writers."""
+    import tempfile
+
+    if not fileio.is_local(output):
+        return
+    path = os.path.abspath(output)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output {output} is an existing file, not a folder")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--output {output} cannot be created: {existing} is a file")
+    try:  # a real probe: os.access says yes to root on a read-only file system
+        tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
+    except OSError as err:
+        raise UsageError(f"--output {output} cannot be written: {existing}: "
+                         f"{err.strerror or err}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     configure_logging()
@@ -316,19 +411,19 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         return importlib.import_module(commands[argv[0]][0]).main(argv[1:])
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        print("Subcommands:")
-        for name, (_, text) in sorted(commands.items()):
-            print(f"  {name:10s} {text}")
-        import argparse
-
-        parser = argparse.ArgumentParser(prog="run_pipeline.py", add_help=False,
-                                         description="Build flags (any Beam flag is accepted too, "
-                                         "e.g. --runner, --direct_num_workers):")
-        BuildOptions._add_argparse_args(parser)
-        parser.print_help()
+    if any(arg in ("-h", "--help") for arg in argv):
+        help_parser(commands).print_help()
         return 0
+    if argv and not argv[0].startswith("-"):
+        guess = closest(argv[0], commands)
+        hint = f"; did you mean {guess}?" if guess else ""
+        print(f"{PROG}: error: unknown subcommand {argv[0]!r}{hint} (subcommands: "
+              f"{', '.join(sorted(commands))}; build flags start with --)", file=sys.stderr)
+        return 2
+    return run_command(PROG, build_command, argv)
+
+
+def build_command(argv: list[str]) -> int:
     try:
         run_build(argv)
     except BuildFailed as err:
@@ -339,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def subcommands() -> dict:
     """Subcommands found by module: pipeline/commands/<name>.py with a `main(argv)` and `HELP`
-    (this module, the build itself, is the one without a name)."""
+    (this module, the build itself, is the one without a name; `arguments` is plumbing)."""
     import importlib
     import pkgutil
 
@@ -347,7 +442,7 @@ def subcommands() -> dict:
 
     found = {}
     for module in pkgutil.iter_modules(commands.__path__):
-        if module.name != "build":
+        if module.name not in ("build", "arguments"):
             mod = importlib.import_module(f"{commands.__name__}.{module.name}")
             found[module.name] = (mod.__name__, mod.HELP)
     return found

@@ -17,16 +17,26 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from proactivebench_builder.pipeline.commands.arguments import (
+    DEBUG_HELP, CommandParser, closest, non_negative_int, positive_float, positive_int,
+    run_command)
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime import loading, metrics, open_ended
 from proactivebench_builder.runtime.episodes import run_episode
-from proactivebench_builder.runtime.models import load_model
+from proactivebench_builder.runtime.models import (
+    ModelError, ModelSpecError, check_model_spec, load_model)
 from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 
+PROG = "python -m proactivebench_builder.runtime"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m proactivebench_builder.runtime")
-    commands = parser.add_subparsers(dest="command", required=True)
+    """The command line, checked before any work (flags, values, model spec, scenario names);
+    a mistake exits 2 with one line on stderr."""
+    parser = CommandParser(prog=PROG)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=CommandParser)
     ev = commands.add_parser("evaluate", help="play the benchmark against a model")
     ev.add_argument("--data", required=True,
                     help="built folder (Parquet), upstream layout folder, or Hub dataset id")
@@ -37,20 +47,40 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="comma-separated configs or scenario names (default: all present)")
     ev.add_argument("--mode", choices=envs.MODES, default="mcqa")
     ev.add_argument("--hint", action="store_true")
-    ev.add_argument("--random-suggestions", action="store_true")
+    ev.add_argument("--random_suggestions", action="store_true")
     ev.add_argument("--history", action="store_true", help="conversation-history ablation")
-    ev.add_argument("--first-round-only", action="store_true",
+    ev.add_argument("--first_round_only", action="store_true",
                     help="one turn per sample; write predictions in the leakage-filter schema")
-    ev.add_argument("--split", default="test", help="test | unfiltered (Parquet folders)")
+    ev.add_argument("--split", choices=("test", "unfiltered"), default="test",
+                    help="test | unfiltered (Parquet folders; default: %(default)s)")
     ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
-    ev.add_argument("--oeg-samples", type=int, default=open_ended.OEG_SAMPLES,
+    ev.add_argument("--oeg_samples", type=non_negative_int, default=open_ended.OEG_SAMPLES,
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--concurrency", type=int, default=1, help="samples played in parallel")
-    ev.add_argument("--timeout", type=float, default=60.0, help="HTTP adapters: seconds")
-    ev.add_argument("--max-retries", type=int, default=3, help="HTTP adapters")
+    ev.add_argument("--concurrency", type=positive_int, default=1,
+                    help="samples played in parallel")
+    ev.add_argument("--timeout", type=positive_float, default=60.0,
+                    help="HTTP adapters: seconds")
+    ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
-    return parser.parse_args(argv)
+    ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    args = parser.parse_args(argv)
+    if os.path.isdir(args.results):
+        ev.error(f"--results {args.results} is a folder; give the path of a JSONL file")
+    for flag, spec in (("--model", args.model), ("--judge", args.judge)):
+        try:
+            if spec is not None:
+                check_model_spec(spec)
+        except ModelSpecError as err:
+            ev.error(f"{flag}: {err}")
+    if args.scenarios != "all":
+        for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):
+            if name.lower() not in envs._ALIASES:  # the names resolve_config accepts
+                guess = closest(name.lower(), envs._ALIASES)
+                hint = f"; did you mean {guess!r}?" if guess else ""
+                ev.error(f"--scenarios: unknown scenario {name!r}{hint} (known: the configs "
+                         f"{', '.join(envs.CONFIGS)}, or their scenario names)")
+    return args
 
 
 def selected_configs(args) -> list[str]:
@@ -129,14 +159,18 @@ def evaluate(args) -> dict:
             ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
         futures = [pool.submit(play_sample, row, config, args, model, judge)
                    for config, row in todo]
-        for future in futures:
-            result = dict(future.result())
-            result.setdefault("config", None)
-            # Prediction lines keep exactly the filter's schema (no run fields).
-            line = result if args.first_round_only else {**signature, **result}
-            out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-            out.flush()
-            bar.update(1)
+        try:
+            for future in futures:
+                result = dict(future.result())
+                result.setdefault("config", None)
+                # Prediction lines keep exactly the filter's schema (no run fields).
+                line = result if args.first_round_only else {**signature, **result}
+                out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+                out.flush()
+                bar.update(1)
+        except BaseException:  # Ctrl-C or a failing model: drop the queued samples, so only
+            pool.shutdown(wait=False, cancel_futures=True)  # those in flight are waited for
+            raise
     results = [r for r in read_results(args.results) if _matches(r, signature)]
     return summarise(results, args)
 
@@ -161,8 +195,18 @@ def summarise(results: list[dict], args) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(PROG, evaluate_command, argv)
+
+
+def evaluate_command(argv: list[str]) -> int:
     args = parse_args(argv)
-    table = evaluate(args)
+    try:
+        table = evaluate(args)
+    except ModelError as err:  # an endpoint that keeps failing: not a bug, and resumable
+        print(f"{PROG} evaluate: the model failed: {err} (results so far are in "
+              f"{args.results}; rerun the same command to resume)", file=sys.stderr)
+        return 1
     print(metrics.format_table(table))
     return 0
 

@@ -136,7 +136,13 @@ class OpenAIChatModel(Model):
                          f"{last_error}") from last_error
 
 
-# ---- Hugging Face transformers (optional extra: pip install .[transformers]) ----------------
+# ---- Hugging Face transformers (the optional `transformers` extra) ---------------------------
+
+# The distribution is installed from its checkout (it is on no package index), so the advice
+# names the extra the way a checkout installs it, and the plain packages for any other install.
+TRANSFORMERS_MISSING = ("the hf: adapter needs transformers and torch: from the project's "
+                        "checkout run `pip install -e \".[transformers]\"` (or `pip install "
+                        "transformers torch`)")
 
 
 class TransformersModel(Model):
@@ -152,8 +158,7 @@ class TransformersModel(Model):
             import torch  # noqa: F401
             from transformers import AutoModelForImageTextToText, AutoProcessor
         except ImportError as err:
-            raise ModelError("the transformers adapter needs `pip install "
-                             "proactivebench-builder[transformers]`") from err
+            raise ModelError(TRANSFORMERS_MISSING) from err
         self._processor = AutoProcessor.from_pretrained(self.model_id)
         self._model = AutoModelForImageTextToText.from_pretrained(
             self.model_id, device_map=self.device_map, torch_dtype="auto")
@@ -177,21 +182,57 @@ class TransformersModel(Model):
 
 
 
+class ModelSpecError(ValueError):
+    """A --model/--judge spec that names no adapter, or one whose packages are missing."""
+
+
+def check_model_spec(spec: str) -> None:
+    """Refuse a spec `load_model` cannot serve, before any work: an unknown name (with the
+    closest known one), a non-integer random seed, openai:/hf: without a model, or hf: without
+    transformers/torch installed (looked up, not imported: importing torch takes seconds)."""
+    import importlib.util
+
+    from proactivebench_builder.runtime.policies import POLICIES
+
+    kind, colon, rest = spec.partition(":")
+    if kind == "random":
+        try:
+            int(rest or 0)
+        except ValueError:
+            raise ModelSpecError(f"random:SEED needs an integer seed, got {spec!r}") from None
+        return
+    if spec in POLICIES:
+        return
+    if colon and kind in ("openai", "hf"):
+        if not rest:
+            raise ModelSpecError(f"{spec!r} names no model: use {kind}:MODEL"
+                                 + ("[@BASE_URL]" if kind == "openai" else "_ID"))
+        if kind == "hf" and not all(importlib.util.find_spec(m) for m in ("transformers",
+                                                                          "torch")):
+            raise ModelSpecError(TRANSFORMERS_MISSING)
+        return
+    from difflib import get_close_matches
+
+    guess = get_close_matches(f"{kind}:" if colon else spec,
+                              [*POLICIES, "random", "openai:", "hf:"], n=1)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    raise ModelSpecError(f"unknown model spec {spec!r}{hint} (known: {', '.join(POLICIES)}, "
+                         "random:SEED, openai:MODEL[@BASE_URL], hf:MODEL_ID)")
+
+
 def load_model(spec: str, **options) -> Model:
     """A model from a spec: a built-in policy ("oracle", "always-abstain", "always-suggest",
     "random[:SEED]", "first-option"), "openai:MODEL[@BASE_URL]" or "hf:MODEL_ID"."""
     from proactivebench_builder.runtime.policies import POLICIES, RandomPolicy
+    check_model_spec(spec)
     kind, _, rest = spec.partition(":")
     if kind == "random":
         return RandomPolicy(int(rest or 0))
     if spec in POLICIES:
         return POLICIES[spec]()
-    if kind == "openai" and rest:
+    if kind == "openai":
         model, _, base_url = rest.partition("@")
         if base_url:
             options["base_url"] = base_url
         return OpenAIChatModel(model, **options)
-    if kind == "hf" and rest:
-        return TransformersModel(rest)
-    raise ValueError(f"unknown model spec {spec!r}: use a policy ({', '.join(POLICIES)}), "
-                     "openai:MODEL[@BASE_URL] or hf:MODEL_ID")
+    return TransformersModel(rest)

@@ -20,8 +20,8 @@ import difflib
 import sys
 import traceback
 
-SPELLING_NOTE = ("Every flag is accepted with '_' or '-' between its words (e.g. --sources_root "
-                 "or --sources-root).")
+DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
+              "shows its traceback)")
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 
@@ -57,10 +57,17 @@ class CommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args, strict: bool = True, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
-        epilog = kwargs.get("epilog")
-        kwargs["epilog"] = f"{epilog}\n\n{SPELLING_NOTE}" if epilog else SPELLING_NOTE
         super().__init__(*args, **kwargs)
         self.strict = strict
+
+    def format_help(self) -> str:
+        """The help, ending with the note on spelling (its example: one of this command's own
+        flags)."""
+        example = next((f for f in self.long_flags().values() if "_" in f), None)
+        if example is None:
+            return super().format_help()
+        return (super().format_help().rstrip("\n") + "\n\nEvery flag is accepted with '_' or "
+                f"'-' between its words: {example} or {example.replace('_', '-')}.\n")
 
     def long_flags(self) -> dict[str, str]:
         """Canonical form -> the spelling the flag was declared with (what --help shows)."""

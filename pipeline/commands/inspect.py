@@ -13,7 +13,7 @@ Choices:
   will show them: the first view (the crop extended by one step, sources_image.md §3.7), the
   last view (every moved axis at its step limit), and the full image (the reference) with both
   boxes drawn on it. Boxes come from the runtime's `coco_crop_box`.
-- Rows with many frames (VSOD, ChangeIt) show at most --max-frames thumbnails, evenly spread,
+- Rows with many frames (VSOD, ChangeIt) show at most --max_frames thumbnails, evenly spread,
   always including the first and the reference frame; the sheet says how many were left out.
 - Text drawn into the PNGs uses Pillow's bundled font, which covers ASCII only, so it is folded
   to ASCII; index.html shows the exact strings.
@@ -33,6 +33,8 @@ from urllib.parse import quote
 from PIL import Image, ImageDraw
 
 from proactivebench_builder.pipeline import fileio, plots
+from proactivebench_builder.pipeline.commands.arguments import (
+    DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 from proactivebench_builder.pipeline.records import METADATA_COLUMNS
 from proactivebench_builder.pipeline.seeding import stable_hash
@@ -395,23 +397,29 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     return written + [index]
 
 
+PROG = "run_pipeline.py inspect"
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="run_pipeline.py inspect", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return run_command(PROG, inspect_command, argv)
+
+
+def inspect_command(argv: list[str]) -> int:
+    parser = CommandParser(prog=PROG, description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", metavar="DIR", help="a built folder")
     parser.add_argument("--out", help="where to write the sheets and index.html "
                         "(default: DIR/inspect)")
-    parser.add_argument("--per-scenario", "--per_scenario", dest="per_scenario", type=int,
-                        default=4, help="rows sampled per scenario (default: 4)")
+    parser.add_argument("--per_scenario", type=positive_int, default=4,
+                        help="rows sampled per scenario (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument("--split", choices=(TEST, UNFILTERED), default=TEST,
                         help="split to sample from (default: test; the pool when a config has "
                         "no test rows)")
-    parser.add_argument("--max-frames", "--max_frames", dest="max_frames", type=int, default=32,
-                        help="most thumbnails per sheet (default: 32)")
+    parser.add_argument("--max_frames", type=int_at_least(2), default=32,
+                        help="most thumbnails per sheet, at least 2 (default: 32)")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
-    if args.per_scenario < 1 or args.max_frames < 2:
-        parser.error("--per-scenario must be >= 1 and --max-frames >= 2")
     out = args.out or fileio.join(args.dir.rstrip("/"), "inspect")
     if not shard_folders(args.dir.rstrip("/")):
         print(f"no Parquet shards under {args.dir}", file=sys.stderr)

@@ -1,8 +1,8 @@
-"""`run_pipeline.py publish DIR (--repo_id OWNER/NAME | --to URL) [--dry-run] ...`
+"""`run_pipeline.py publish DIR (--repo_id OWNER/NAME | --to URL) [--dry_run] ...`
 
 Publishes a built output folder (see `pipeline/publish.py` for what is published and how):
 to a Hugging Face Hub dataset repo with `--repo_id` (token from HF_TOKEN or `hf auth login`), or
-to any fsspec URL with `--to` (a local folder, gs://, s3://) in the same layout. `--dry-run`
+to any fsspec URL with `--to` (a local folder, gs://, s3://) in the same layout. `--dry_run`
 prints the plan (every file, its size and sha256, the commit message, what is already on the
 target and would be skipped, what is stale and would be deleted) and changes nothing.
 """
@@ -12,20 +12,24 @@ import argparse
 import sys
 
 from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline.commands.arguments import (
+    DEBUG_HELP, CommandParser, positive_int, run_command)
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="run_pipeline.py publish", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "run_pipeline.py publish"
+
+
+def parser() -> CommandParser:
+    p = CommandParser(prog=PROG, description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="the built output folder (run_pipeline.py --output DIR)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--repo_id", help="Hub dataset repo to publish to, e.g. me/ProactiveBench")
     where.add_argument("--to", metavar="URL",
                        help="publish to this folder or fsspec URL instead (gs://, s3://, ...)")
-    p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
+    p.add_argument("--dry_run", action="store_true",
                    help="print the plan and change nothing")
     p.add_argument("--create", action="store_true",
                    help="create the Hub dataset repo when it does not exist")
@@ -38,18 +42,22 @@ def parser() -> argparse.ArgumentParser:
                    help="folder of the upstream export in the target (default: %(default)s)")
     p.add_argument("--commit_message", default=None,
                    help="default: names the configs, code version and seed of the build")
-    p.add_argument("--max_commit_bytes", type=int, default=publish.DEFAULT_MAX_COMMIT_BYTES,
+    p.add_argument("--max_commit_bytes", type=positive_int,
+                   default=publish.DEFAULT_MAX_COMMIT_BYTES,
                    help="largest upload done as one atomic commit; above it, the resumable "
                         "multi-commit upload is used (default: %(default)s)")
-    p.add_argument("--max_commit_files", type=int, default=publish.DEFAULT_MAX_COMMIT_FILES,
+    p.add_argument("--max_commit_files", type=positive_int,
+                   default=publish.DEFAULT_MAX_COMMIT_FILES,
                    help="most files (uploads + deletions) in one atomic commit "
                         "(default: %(default)s)")
-    p.add_argument("--archive_max_bytes", type=int, default=publish.DEFAULT_ARCHIVE_MAX_BYTES,
+    p.add_argument("--archive_max_bytes", type=positive_int,
+                   default=publish.DEFAULT_ARCHIVE_MAX_BYTES,
                    help="largest upstream zip before it is split into parts "
                         "(default: %(default)s)")
     p.add_argument("--staging_dir", default=None,
                    help="local folder for archives and staged uploads (default: a temporary "
                         "folder, removed afterwards); needs room for the archives")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
@@ -63,6 +71,10 @@ def target_of(args: argparse.Namespace):
 
 
 def main(argv: list[str]) -> int:
+    return run_command(PROG, publish_command, argv)
+
+
+def publish_command(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         plan = publish.publish(

@@ -38,6 +38,8 @@ import yaml
 
 from proactivebench_builder.runtime.environments import coco_crop_box as crop_box
 from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.commands.arguments import (
+    DEBUG_HELP, CommandParser, run_command)
 from proactivebench_builder.pipeline.images import BadImage, check_image
 from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
 from proactivebench_builder.transforms import vocabulary
@@ -605,12 +607,20 @@ def validate_folder(path: str, decode_frames: bool = True) -> list[str]:
     return FolderValidator(path, decode_frames).run()
 
 
+PROG = "run_pipeline.py validate"
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="run_pipeline.py validate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return run_command(PROG, validate_command, argv)
+
+
+def validate_command(argv: list[str]) -> int:
+    parser = CommandParser(prog=PROG, description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", metavar="DIR", help="a built folder (local path or fsspec URL)")
-    parser.add_argument("--skip_frames", "--skip-frames", action="store_true",
+    parser.add_argument("--skip_frames", action="store_true",
                         help="do not read or decode the frames (faster; checks metadata only)")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
     validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
     problems = validator.run()

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import signal
 import sys
+import threading
 import traceback
 
 DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
@@ -91,8 +94,15 @@ class CommandParser(argparse.ArgumentParser):
         return out
 
     def parse_known_args(self, args=None, namespace=None):
-        args = sys.argv[1:] if args is None else list(args)
-        namespace, extras = super().parse_known_args(self.normalise(args), namespace)
+        args = self.normalise(sys.argv[1:] if args is None else list(args))
+        if self.strict and self._subparsers is None:
+            # An unknown flag first: it is often why a required one looks missing.
+            flags = self.long_flags()
+            unknown = [a for a in args if a.startswith("--") and a != "--"
+                       and a.partition("=")[0] not in self._option_string_actions]
+            if unknown and "--" not in args[:args.index(unknown[0])]:
+                self.refuse(unknown, flags)
+        namespace, extras = super().parse_known_args(args, namespace)
         if self.strict and extras:
             self.refuse(extras)
         return namespace, extras
@@ -174,24 +184,70 @@ def int_at_least(low: int):
 
 
 def run_command(prog: str, body, argv: list[str]) -> int:
-    """Run `body(argv)` as a command: a UsageError is one line on stderr and exit 2; Ctrl-C is
-    one line and exit 130 (what a shell expects). With --debug in argv both show their
-    traceback. Any other exception is a bug and keeps its traceback."""
+    """Run `body(argv)` as a command: a user's mistake (a SystemExit with a message, such as a
+    UsageError) is one line on stderr and exit 2; Ctrl-C is one line and exit 130 (what a shell
+    expects). With --debug in argv both show their traceback. Any other exception is a bug and
+    keeps its traceback."""
     debug = any(canonical(a) == "--debug" for a in argv)
-    try:
-        return body(argv)
-    except SystemExit as err:
-        if not isinstance(err.code, str):  # argparse's own exit (--help, or its one-line error)
-            raise
-        if debug:
-            traceback.print_exc()
-        print(f"{prog}: error: {err.code}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        if debug:
-            traceback.print_exc()
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return INTERRUPTED
+    with CtrlC(quiet=not debug) as ctrl_c:
+        try:
+            return body(argv)
+        except SystemExit as err:
+            if not isinstance(err.code, str):  # argparse's own exit (--help, its one-line error)
+                raise
+            if debug:
+                traceback.print_exc()
+            print(f"{prog}: error: {err.code}", file=sys.stderr)
+            return 2
+        except BaseException:
+            # Beam re-raises a KeyboardInterrupt met inside a DoFn as a RuntimeError naming the
+            # step, so the interruption is known by the signal, not by the exception's type.
+            if not ctrl_c.pressed:
+                raise
+            if debug:
+                traceback.print_exc()
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return INTERRUPTED
+
+
+class CtrlC:
+    """While active (in the main thread): the first Ctrl-C is remembered and raises
+    KeyboardInterrupt as usual; a second one, pressed while the first unwinds, ends the process
+    at once, silently, with the same exit status.
+
+    With `quiet`, the first Ctrl-C also silences what the teardown of an interrupted run says:
+    log records, exceptions of background threads, "Exception ignored" messages. Beam's
+    threads report every broken connection and closed stream as the runner stops, which only
+    restates that the user stopped it."""
+
+    def __init__(self, quiet: bool = True):
+        self.quiet = quiet
+        self.pressed = False
+        self._installed = False
+        self._previous = signal.SIG_DFL
+
+    def _handle(self, signum, frame):
+        if self.pressed:
+            os._exit(INTERRUPTED)
+        self.pressed = True
+        if self.quiet:
+            import logging
+
+            logging.disable(logging.CRITICAL)
+            threading.excepthook = lambda args: None
+            sys.unraisablehook = lambda unraisable: None
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous
+                          if self._previous is not None else signal.SIG_DFL)
 
 
 # ---- known noise -----------------------------------------------------------------------------

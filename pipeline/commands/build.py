@@ -5,9 +5,11 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 
 import apache_beam as beam
@@ -205,13 +207,62 @@ def run_pipeline(options: PipelineOptions, params: dict) -> None:
 
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
-    result = pipeline.run()
+    with local_workers_apart_from_ctrl_c():
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            client = getattr(result, "client", None)
+            if client is not None:
+                client.close()
+
+
+class _WorkerSubprocess:
+    """The `subprocess` module as Beam's local job service sees it, except that Popen starts
+    each worker in a session of its own and remembers it."""
+
+    def __init__(self, module):
+        self._module = module
+        self.started = []
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def Popen(self, *args, **kwargs):  # noqa: N802 (the name Beam calls)
+        kwargs.setdefault("start_new_session", True)
+        process = self._module.Popen(*args, **kwargs)
+        self.started.append(process)
+        return process
+
+
+@contextlib.contextmanager
+def local_workers_apart_from_ctrl_c():
+    """Beam's multi-processing workers (`--direct_running_mode=multi_processing`) start in the
+    build's process group, so a terminal's Ctrl-C reaches each of them as well, and each prints
+    its own KeyboardInterrupt tracebacks. Here they start in a session of their own (Beam has
+    no setting for it; its one Popen call, in `local_job_service`, is handed a `subprocess`
+    whose Popen adds `start_new_session`), so Ctrl-C reaches the build alone, and a build that
+    stops early ends them at once and silently (SIGKILL to their process group) instead of
+    leaving them to report the connection they lost."""
+    if os.name != "posix":
+        yield
+        return
+    from apache_beam.runners.portability import local_job_service
+
+    original = local_job_service.subprocess
+    workers = _WorkerSubprocess(original)
+    local_job_service.subprocess = workers
     try:
-        result.wait_until_finish()
+        yield
+    except BaseException:
+        for process in workers.started:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:  # already gone
+                pass
+        raise
     finally:
-        client = getattr(result, "client", None)
-        if client is not None:
-            client.close()
+        local_job_service.subprocess = original
 
 
 def run_build(argv: list[str]) -> dict:

@@ -38,7 +38,8 @@ setup(
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [
-        "proactivebench-build=proactivebench_builder.pipeline.commands.build:main",
-        "proactivebench-eval=proactivebench_builder.runtime.cli:main",
+        # light launchers: Ctrl-C while Beam imports is one line too (commands/arguments.py)
+        "proactivebench-build=proactivebench_builder.pipeline.commands.arguments:build_main",
+        "proactivebench-eval=proactivebench_builder.pipeline.commands.arguments:evaluate_main",
     ]},
 )

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import signal
@@ -210,6 +211,20 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             return INTERRUPTED
 
 
+_AT_INTERRUPT: list = []
+
+
+@contextlib.contextmanager
+def at_interrupt(callback):
+    """While active, Ctrl-C calls `callback()` first thing, before the interrupted code
+    unwinds (e.g. to end worker processes before the runner's teardown talks to them)."""
+    _AT_INTERRUPT.append(callback)
+    try:
+        yield
+    finally:
+        _AT_INTERRUPT.remove(callback)
+
+
 class CtrlC:
     """While active (in the main thread): the first Ctrl-C is remembered and raises
     KeyboardInterrupt as usual; a second one, pressed while the first unwinds, ends the process
@@ -230,6 +245,8 @@ class CtrlC:
         if self.pressed:
             os._exit(INTERRUPTED)
         self.pressed = True
+        for callback in list(_AT_INTERRUPT):
+            callback()
         if self.quiet:
             import logging
 
@@ -248,6 +265,30 @@ class CtrlC:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous
                           if self._previous is not None else signal.SIG_DFL)
+
+
+def launch(prog: str, module: str) -> int:
+    """What an entry point runs: import `module` and call its `main()`, with Ctrl-C during the
+    import (Beam's takes seconds) the same one line and exit 130 as later."""
+    import importlib
+
+    try:
+        with CtrlC():
+            main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    return main()
+
+
+def build_main() -> int:
+    """The `proactivebench-build` console script (run_pipeline.py)."""
+    return launch("proactivebench-build", "proactivebench_builder.pipeline.commands.build")
+
+
+def evaluate_main() -> int:
+    """The `proactivebench-eval` console script (python -m proactivebench_builder.runtime)."""
+    return launch("proactivebench-eval", "proactivebench_builder.runtime.cli")
 
 
 # ---- known noise -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.arguments import (
-    CommandParser, UsageError, canonical, closest, run_command, unknown_name)
+    CommandParser, UsageError, at_interrupt, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
@@ -241,9 +241,10 @@ def local_workers_apart_from_ctrl_c():
     build's process group, so a terminal's Ctrl-C reaches each of them as well, and each prints
     its own KeyboardInterrupt tracebacks. Here they start in a session of their own (Beam has
     no setting for it; its one Popen call, in `local_job_service`, is handed a `subprocess`
-    whose Popen adds `start_new_session`), so Ctrl-C reaches the build alone, and a build that
-    stops early ends them at once and silently (SIGKILL to their process group) instead of
-    leaving them to report the connection they lost."""
+    whose Popen adds `start_new_session`), so Ctrl-C reaches the build alone. The build ends
+    them silently (SIGKILL to their process group) the moment Ctrl-C is pressed, before Beam's
+    teardown asks them to stop (each would log that it is leaving), and when it stops early for
+    any other reason."""
     if os.name != "posix":
         yield
         return
@@ -251,15 +252,20 @@ def local_workers_apart_from_ctrl_c():
 
     original = local_job_service.subprocess
     workers = _WorkerSubprocess(original)
-    local_job_service.subprocess = workers
-    try:
-        yield
-    except BaseException:
+
+    def end_workers():
         for process in workers.started:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except OSError:  # already gone
                 pass
+
+    local_job_service.subprocess = workers
+    try:
+        with at_interrupt(end_workers):  # at once: before Beam's teardown talks to them
+            yield
+    except BaseException:
+        end_workers()
         raise
     finally:
         local_job_service.subprocess = original
@@ -456,6 +462,11 @@ def check_output_folder(output: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(PROG, dispatch, argv)
+
+
+def dispatch(argv: list[str]) -> int:
+    """A subcommand (its own `main`), --help, or the build."""
     configure_logging()
     commands = subcommands()
     if argv and argv[0] in commands:
@@ -471,10 +482,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: unknown subcommand {argv[0]!r}{hint} (subcommands: "
               f"{', '.join(sorted(commands))}; build flags start with --)", file=sys.stderr)
         return 2
-    return run_command(PROG, build_command, argv)
-
-
-def build_command(argv: list[str]) -> int:
     try:
         run_build(argv)
     except BuildFailed as err:

@@ -246,6 +246,12 @@ def test_real_beam_options_pass_through():
     assert options.view_as(DaskOptions).address == "tcp://127.0.0.1:1"
 
 
+def test_flags_after_a_lone_double_dash_go_to_beam_unchecked():
+    """The way out for a runner service's option that this Beam release does not declare."""
+    assert build.parse_build_flags(["--sources-root=/s", "--", "--some-service-option=1"]) == [
+        "--sources_root=/s", "--some-service-option=1"]
+
+
 def test_every_option_beam_knows_is_accepted(capsys):
     """The check is exactly Beam's list: no flag of any PipelineOptions subclass is called
     unknown (a value this test makes up may still be refused, as Beam would refuse it)."""

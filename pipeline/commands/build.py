@@ -397,7 +397,9 @@ def help_parser(commands: dict) -> CommandParser:
                     "runner.\n\nSubcommands:\n" + listing,
         epilog="Any Beam pipeline option is accepted too, e.g. --runner, --direct_num_workers, "
                "--direct_running_mode,\n--temp_location, --project, --region, --setup_file, "
-               "--dask_client_address; all of them:\n" + BEAM_OPTIONS_URL)
+               "--dask_client_address; all of them:\n" + BEAM_OPTIONS_URL + "\nFlags after a lone "
+               "-- go to Beam unchecked (options of a runner's service that Beam does not "
+               "declare).")
     BuildOptions._add_argparse_args(parser)
     return parser
 
@@ -431,11 +433,16 @@ def beam_flags_parser(argv: list[str]) -> CommandParser:
 def parse_build_flags(argv: list[str]) -> list[str]:
     """The build's command line, checked before any work: every flag must be one of the build's
     or a real Beam option, each value must parse; returns it with every flag spelled as
-    declared (underscores), which is what Beam's parser needs."""
-    parser = beam_flags_parser(argv)
-    argv = parser.normalise(list(argv))
-    parser.parse_args(argv)  # exits 2 with one line on an unknown flag or a bad value
-    return argv
+    declared (underscores), which is what Beam's parser needs. Flags after a lone `--` go to
+    Beam unchecked and unchanged: a runner's service may take options this Beam release does not
+    declare (Dataflow forwards them to the job)."""
+    argv = list(argv)
+    head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
+        else (argv, [])
+    parser = beam_flags_parser(head)
+    head = parser.normalise(head)
+    parser.parse_args(head)  # exits 2 with one line on an unknown flag or a bad value
+    return head + tail
 
 
 def check_output_folder(output: str) -> None:

@@ -8,7 +8,7 @@ CPython 3.12, and `runtime/conformance.py` played every scripted case (hand-made
 seven configs; answers as letters in both cases, full texts with odd case/spacing, "X. text",
 junk, an empty answer, out-of-range letters, and letters at the option/category boundary) through
 upstream's `get_state` / `evaluate_generated_answer`. The recording is frozen in
-`runtime/upstream_recorded.py`. When a Python >= 3.12 and the package are available
+`tests/data/upstream_recorded.json`. When a Python >= 3.12 and the package are available
 (PROACTIVEBENCH_UPSTREAM_PYTHON and PROACTIVEBENCH_UPSTREAM_DIR), the live test re-records.
 """
 from __future__ import annotations
@@ -25,7 +25,9 @@ from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime.episodes import run_episode
 from proactivebench_builder.runtime.metrics import episode_metrics
 from proactivebench_builder.runtime.policies import POLICIES
-from proactivebench_builder.runtime.upstream_recorded import RECORDED
+
+RECORDED = conformance.load_recorded(os.path.join(os.path.dirname(__file__), "data",
+                                                  "upstream_recorded.json"))
 
 CASES = {case["name"]: case for case in conformance.CASES}
 
@@ -36,7 +38,7 @@ CASES = {case["name"]: case for case in conformance.CASES}
 def test_recording_covers_every_case_and_config():
     assert [r["name"] for r in RECORDED] == [c["name"] for c in conformance.CASES]
     configs = {envs.config_of(c["record"]) for c in conformance.CASES}
-    assert configs == set(envs.RULES)
+    assert configs == set(envs.CONFIGS)
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r["name"])
@@ -129,7 +131,7 @@ def test_unknown_config_and_missing_frame_are_errors():
 
 def _built_rows(output: str) -> dict[str, list[dict]]:
     rows = {}
-    for config in envs.RULES:
+    for config in envs.known_configs():
         folder = os.path.join(output, config)
         if not os.path.isdir(folder):
             continue
@@ -148,7 +150,7 @@ def built_rows(built_miniature):
 
 
 def _configs():
-    return sorted(envs.RULES)
+    return sorted(envs.known_configs())
 
 
 def _play_all(rows, policy_name, **kwargs):

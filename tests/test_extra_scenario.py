@@ -157,3 +157,25 @@ def test_keyword_clashes_are_refused_with_a_clear_error():
         _check(bad=Play(actions={"DEFOG": ("defog",)}, suggestions=("Clean the lens.",)))
     with pytest.raises(VocabularyError, match="tuple of keywords"):
         Play(actions={"DEFOG": "defog"})
+
+
+def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
+    """A plug-in whose keyword is inside an upstream one: one clear line, exit 1, no traceback."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "clash_scenario.py").write_text(
+        "from proactivebench_builder.transforms.base import Scenario\n"
+        "from proactivebench_builder.transforms.environment import Play\n\n\n"
+        "class Clash(Scenario):\n    name = 'clash'\n    config_name = 'Clash'\n"
+        "    environment = Play(actions={'UPSCALE': ('upscale',)})\n")
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=str(folder))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
+                           f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "scenario registry: keyword 'up' (upstream) is inside keyword 'upscale'" in done.stderr
+    assert "Traceback" not in done.stderr

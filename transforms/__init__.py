@@ -20,6 +20,8 @@ import os
 import pkgutil
 import sys
 
+from proactivebench_builder.transforms.environment import VocabularyError  # noqa: F401
+
 _SKIP = {"base", "vocabulary", "environment"}
 PATH_VARIABLE = "PROACTIVEBENCH_SCENARIO_PATH"
 ENTRY_POINT_GROUP = "proactivebench_builder.scenarios"

@@ -227,6 +227,8 @@ class Environment:
             return options
         own = set(self.rules.action_space(self.record))
         pool = [o for o in FOREIGN_SUGGESTIONS if vocabulary.action_of(o) not in own]
+        if len(pool) < len(options):  # a scenario with (nearly) every action: any suggestion
+            pool = list(FOREIGN_SUGGESTIONS)
         rng = random.Random(f"{self.seed}|{self.config}|{self.key}|foreign-options")
         picks = iter(rng.sample(pool, sum(not vocabulary.is_abstain(o) for o in options)))
         return [o if vocabulary.is_abstain(o) else next(picks) for o in options]

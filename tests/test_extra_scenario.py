@@ -179,3 +179,11 @@ def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     assert done.returncode == 1
     assert "scenario registry: keyword 'up' (upstream) is inside keyword 'upscale'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
+    _check(plain=Play(suggestions=("Add more details.", "Rotate the object.")))
+    with pytest.raises(VocabularyError, match="'sharpen'.*occurs in the option"):
+        _check(plain=Play(suggestions=("Sharpen the picture.",)))   # Focus's keyword
+    with pytest.raises(VocabularyError, match="need exactly one"):
+        _check(plain=Play(suggestions=("Wave a flag.",)))

@@ -56,38 +56,41 @@ def is_abstain(option: str) -> bool:
     return any(marker in low for marker in ABSTAIN_MARKERS)
 
 
-def known_keywords() -> dict[str, str]:
-    """keyword -> action of upstream's table and every registered scenario's declaration."""
-    from proactivebench_builder.transforms import load_scenarios
+def known_keywords(scenarios: dict | None = None) -> dict[str, str]:
+    """keyword -> action of upstream's table and every (registered) scenario's declaration."""
+    if scenarios is None:
+        from proactivebench_builder.transforms import load_scenarios
 
+        scenarios = load_scenarios()
     table = dict(ACTION_KEYWORDS)
-    for cls in load_scenarios().values():
+    for cls in scenarios.values():
         for action, keywords in cls.environment.actions.items():
             table.update({k: action for k in keywords})
     return table
 
 
-def scenario_keywords(play: Play) -> list[tuple[str, str]]:
+def scenario_keywords(play: Play, known: dict | None = None) -> list[tuple[str, str]]:
     """(keyword, action) pairs an option of this scenario is matched against, in order:
     its declared actions, or every known keyword when it declares none."""
     if play.actions:
         return [(k, action) for action, keywords in play.actions.items() for k in keywords]
-    return list(known_keywords().items())
+    return list((known if known is not None else known_keywords()).items())
 
 
 def scenario_actions(play: Play) -> tuple[str, ...]:
     return tuple(dict.fromkeys(action for _, action in scenario_keywords(play)))
 
 
-def matched_keywords(option: str, play: Play) -> list[tuple[str, str]]:
+def matched_keywords(option: str, play: Play, known: dict | None = None) -> list[tuple[str, str]]:
     low = option.lower()
-    return [(k, a) for k, a in scenario_keywords(play) if keyword_in(k, low, play.keyword_matching)]
+    return [(k, a) for k, a in scenario_keywords(play, known)
+            if keyword_in(k, low, play.keyword_matching)]
 
 
-def scenario_action_of(option: str, play: Play) -> str:
+def scenario_action_of(option: str, play: Play, known: dict | None = None) -> str:
     """The single action of `play`'s actions that an option requests; ValueError otherwise
     (several keywords are allowed only when they all name ROTATE, as upstream allows)."""
-    found = matched_keywords(option, play)
+    found = matched_keywords(option, play, known)
     actions = {a for _, a in found}
     if not found or (len(found) > 1 and actions != {"ROTATE"}):
         raise ValueError(f"option {option!r} holds action keywords {[k for k, _ in found]} of "
@@ -128,13 +131,14 @@ def check_vocabulary(scenarios: dict) -> None:
             if source != where and keyword_in(keyword, text.lower(), "word"):
                 raise VocabularyError(f"{where}: new keyword {keyword!r} ({action}) occurs in "
                                       f"the option {text!r} of {source}")
+    known = known_keywords(scenarios)
     for name, cls in scenarios.items():
         for option in cls.environment.suggestions:
             if is_abstain(option):
                 raise VocabularyError(f"scenario {name!r}: suggestion {option!r} reads as an "
                                       f"abstain option (it holds {ABSTAIN_MARKERS})")
             try:
-                scenario_action_of(option, cls.environment)
+                scenario_action_of(option, cls.environment, known)
             except ValueError as err:
                 raise VocabularyError(f"scenario {name!r}: {err}") from None
 

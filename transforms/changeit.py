@@ -76,8 +76,8 @@ import re
 import tempfile
 
 from proactivebench_builder.pipeline import fileio, results
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 OBJECT, ACTION = "object", "action"

@@ -92,8 +92,8 @@ from PIL import Image
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.runtime.environments import coco_crop_box
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 LOG = logging.getLogger(__name__)

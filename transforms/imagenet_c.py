@@ -20,8 +20,8 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.manifests import load_data_file
 from proactivebench_builder.pipeline.seeding import hash_rank
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 SEVERITIES = (5, 4, 3, 2, 1)  # play order: most severe first, mildest is the reference

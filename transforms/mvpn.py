@@ -55,8 +55,8 @@ from PIL import Image, ImageDraw
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.manifests import ManifestError, load_data_file
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 QUESTIONS = (

@@ -67,8 +67,8 @@ from PIL import Image, ImageDraw
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.images import BadImage, check_image
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"

@@ -65,8 +65,8 @@ import xml.etree.ElementTree as ET
 from PIL import Image, ImageDraw
 
 from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 DATASET_FOLDER = "OcclusionDataSet-MM20"

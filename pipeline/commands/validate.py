@@ -24,8 +24,8 @@ cap is present, by the behaviour the config's scenario declares (`transforms.env
 5 levels, COCO's one full image whose first view is a non-empty box, and the generic frame
 ladder's frames from `first_image` to `reference_image` within `num_images` turns. Options are
 matched against the scenario's own action keywords. A config no registered scenario declares
-gets the default rule `num_images == len(frame_ids)` and every known keyword. A config listed by the card without a test shard is reported:
-`load_dataset(..., split="test")` would fail on it.
+gets the default rule `num_images == len(frame_ids)` and every known keyword. A config listed by
+the card without a test shard is reported: `load_dataset(..., split="test")` would fail on it.
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def test_evaluate_oracle_and_always_abstain(focus_build, tmp_path):
     table, lines = _evaluate(tmp_path, output, "oracle")
     assert table[CONFIG] == {"n": n, "acc": 100.0, "psr": 3.0}   # 3 requests up the 4 frames
     assert len(lines) == n and all(line["correct_prediction"] for line in lines)
-    table, _ = _evaluate(tmp_path, output, "always-abstain")
+    table, _ = _evaluate(tmp_path, output, "always-abstain", "--scenarios", "focus")
     assert table[CONFIG] == {"n": n, "acc": 0.0, "psr": 0.0}
     # The upstream layout of the same build plays the same (frames found by frame_path).
     table, _ = _evaluate(tmp_path, os.path.join(output, "upstream"), "oracle")

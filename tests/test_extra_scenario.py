@@ -187,3 +187,17 @@ def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
         _check(plain=Play(suggestions=("Sharpen the picture.",)))   # Focus's keyword
     with pytest.raises(VocabularyError, match="need exactly one"):
         _check(plain=Play(suggestions=("Wave a flag.",)))
+
+
+def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=str(tmp_path / "no_such_folder"))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
+                           f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"PROACTIVEBENCH_SCENARIO_PATH: {tmp_path / 'no_such_folder'} is not a folder" \
+        in done.stderr

@@ -201,3 +201,7 @@ def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"PROACTIVEBENCH_SCENARIO_PATH: {tmp_path / 'no_such_folder'} is not a folder" \
         in done.stderr
+
+
+def test_two_scenarios_may_share_a_new_keyword_for_the_same_action():
+    _check(twin=Play(actions={"SHARPEN": ("sharpen",)}, suggestions=("Sharpen it.",)))

@@ -121,14 +121,14 @@ def check_vocabulary(scenarios: dict) -> None:
                 raise VocabularyError(
                     f"keyword {inner!r} ({owner[inner][0]}) is inside keyword {outer!r} "
                     f"({owner[outer][0]}): an option holding the longer one would name both")
-    texts = [("the abstain options", o) for o in ABSTAIN_OPTIONS]
-    texts += [(f"scenario {n!r}", o) for n, cls in scenarios.items()
-              for o in cls.environment.suggestions]
+    texts = [("the abstain options", o, set()) for o in ABSTAIN_OPTIONS]
+    texts += [(f"scenario {n!r}", o, {k for ks in cls.environment.actions.values() for k in ks})
+              for n, cls in scenarios.items() for o in cls.environment.suggestions]
     for keyword, (where, action) in owner.items():
         if where == "upstream":
             continue
-        for source, text in texts:
-            if source != where and keyword_in(keyword, text.lower(), "word"):
+        for source, text, own_keywords in texts:
+            if keyword not in own_keywords and keyword_in(keyword, text.lower(), "word"):
                 raise VocabularyError(f"{where}: new keyword {keyword!r} ({action}) occurs in "
                                       f"the option {text!r} of {source}")
     known = known_keywords(scenarios)

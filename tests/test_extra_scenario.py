@@ -205,3 +205,16 @@ def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
 
 def test_two_scenarios_may_share_a_new_keyword_for_the_same_action():
     _check(twin=Play(actions={"SHARPEN": ("sharpen",)}, suggestions=("Sharpen it.",)))
+
+
+def test_declaration_mistakes_are_caught_when_declared():
+    from proactivebench_builder.runtime import behaviours
+    from proactivebench_builder.transforms import environment
+
+    assert set(environment.BEHAVIOURS) == set(behaviours.BEHAVIOURS)
+    with pytest.raises(VocabularyError, match="unknown behaviour 'ladder'"):
+        Play(behaviour="ladder")
+    with pytest.raises(VocabularyError, match="needs a move per action"):
+        Play(actions={"DEFOG": ("defog",)}, behaviour="steps")
+    with pytest.raises(VocabularyError, match="last_turn"):
+        Play(last_turn="never")

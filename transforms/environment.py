@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 ABSTAIN_MARKERS = ("cannot", "do not")
 TURN_RULES = ("any", "requests", "category")
 MATCHING = ("word", "substring")
+# The behaviours `runtime.behaviours.BEHAVIOURS` implements (a test keeps the two in step).
+BEHAVIOURS = ("frame_ladder", "steps", "valid_images_chain", "quality_ladder", "video_steps",
+              "coco_crop")
 
 
 class VocabularyError(ValueError):
@@ -68,6 +71,11 @@ class Play:
             raise VocabularyError(f"first_turn/last_turn must be one of {TURN_RULES}")
         if self.keyword_matching not in MATCHING:
             raise VocabularyError(f"keyword_matching must be one of {MATCHING}")
+        if self.behaviour not in BEHAVIOURS:
+            raise VocabularyError(f"unknown behaviour {self.behaviour!r}; one of {BEHAVIOURS}")
+        if self.behaviour in ("steps", "video_steps") and set(self.moves) != set(self.actions):
+            raise VocabularyError(f"behaviour {self.behaviour!r} needs a move per action: "
+                                  f"moves {sorted(self.moves)}, actions {sorted(self.actions)}")
         for action, keywords in self.actions.items():
             if isinstance(keywords, str) or not keywords:
                 raise VocabularyError(f"action {action!r}: give a tuple of keywords")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from importlib import resources
 
 import yaml
@@ -22,10 +23,20 @@ class ManifestError(ValueError):
 
 
 def manifest_bytes(filename: str) -> bytes:
+    """A file of this package's manifests, else of the folder of a scenario module outside the
+    package (`transforms.manifest_folders`: a plug-in keeps its manifest beside its module)."""
     try:
         return resources.files(MANIFEST_PACKAGE).joinpath(filename).read_bytes()
     except FileNotFoundError as err:
-        raise ManifestError(f"no file {filename!r} in {MANIFEST_PACKAGE}") from err
+        from proactivebench_builder.transforms import manifest_folders
+
+        for folder in manifest_folders():
+            path = os.path.join(folder, filename)
+            if os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    return handle.read()
+        raise ManifestError(f"no file {filename!r} in {MANIFEST_PACKAGE} or beside a scenario "
+                            "module") from err
 
 
 @functools.lru_cache(maxsize=None)

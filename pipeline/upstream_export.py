@@ -6,6 +6,11 @@ output unchanged with `data_dir = DIR/upstream`.
 Each line holds the fields the upstream environments read, the scenario's non-null extras, and
 our own `key`, `question_type`, `frame_ids` and `source` (upstream ignores unknown fields; we need
 them to import an export back to identical rows).
+
+Every registered scenario is exported the same way. Upstream's package plays only its seven
+configs; our runtime plays any scenario's export (`evaluate --data DIR/upstream`), finding the
+frames where the scenario's `frame_path` put them and playing them as its `environment`
+declares (`transforms.environment.Play`).
 """
 from __future__ import annotations
 

@@ -1,18 +1,23 @@
-"""The seven ProactiveBench environments as one small state machine with per-scenario rules.
+"""The ProactiveBench environments as one small state machine; each scenario's rules come from
+the declaration in its module (`environment = Play(...)`, see `transforms.environment`), played
+by a behaviour of `runtime.behaviours`. Any registered scenario is playable.
 
 Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`, described in
 `reference/benchmark_construction.md` §1.2, §1.4, §2 and `sources_image.md` §1.8, §3.7): the same
 answer on the same record moves the environment the same way and scores the same.
 
 One turn (`Environment.step`), as upstream's `evaluate_generated_answer`:
-1. the accepted answers of the current state are computed (per-scenario rules);
+1. the accepted answers of the current state are computed (the scenario's behaviour);
 2. the answer is matched against the displayed proactive/abstain block (letters from A) and
    against the 4 categories (letters shifted by that block's length), see `prompts.evaluate_answer`;
 3. neither correct -> stop (wrong); correct category -> stop (right); correct option -> the
-   option's action (by keyword, `transforms.vocabulary`), restricted to the scenario's actions;
+   option's action (by the scenario's keywords, `transforms.vocabulary`: upstream's substring
+   rule for the seven upstream scenarios, whole words for others);
 4. num_turns += 1; reaching the step cap stops; otherwise the next state is prepared.
 
-Per-scenario rules (state = image + displayed options):
+The seven upstream scenarios' rules, as declared in their modules (state = image + displayed
+options); a scenario that declares nothing more plays the generic frame ladder (each accepted
+request moves one frame toward reference_image; last turn category only; cap num_images):
 - ROD: LEFT/RIGHT move -1/+1 modulo num_images; on the first turn only the moves are accepted
   (a category there is wrong); cap num_images.
 - VSOD: REWIND/WAIT move -1/+1 modulo num_images; cap num_images.
@@ -58,23 +63,20 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from proactivebench_builder.runtime import prompts
-from proactivebench_builder.runtime.prompts import CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD
+from proactivebench_builder.runtime import behaviours, prompts
+from proactivebench_builder.runtime.behaviours import (  # noqa: F401 (re-exported names)
+    COCO_MOVE_OPTIONS, COCO_ZOOM_OPTION, REWIND_OPTION, MalformedRecord, UnknownConfig,
+    coco_crop_box)
+from proactivebench_builder.runtime.prompts import (  # noqa: F401 (config names, re-exported)
+    CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD)
 from proactivebench_builder.transforms import vocabulary
 
 MODES = ("mcqa", "reference", "oeg")
 STOP = "STOP"
 
-REWIND_OPTION = "Rewind the video."
-WAIT_MARKER = "Wait for the"
-COCO_MOVE_OPTIONS = {
-    "LEFT": "Move the camera to the left.", "RIGHT": "Move the camera to the right.",
-    "UP": "Move the camera up.", "DOWN": "Move the camera down.",
-}
-COCO_ZOOM_OPTION = "Move farther from the object."
-
-# Proactive options of every scenario, for the random-suggestion probe: a scenario is offered
-# only those whose action it does not have (e.g. "Rewind the video." for QuickDraw).
+# Proactive options of the seven upstream scenarios, for the random-suggestion probe: a scenario
+# is offered only those whose action it does not have (e.g. "Rewind the video." for QuickDraw).
+# A fixed pool, so that adding a scenario never changes another scenario's probe.
 FOREIGN_SUGGESTIONS = (
     "Move the occluding object to the left.", "Move the occluding object to the right.",
     "Rewind the video.", "Wait for the occlusion to disappear.",
@@ -86,26 +88,38 @@ FOREIGN_SUGGESTIONS = (
     "Move the camera up.", "Move the camera down.", "Move farther from the object.",
 )
 
-_ALIASES = {
-    "realistic-occlusion-dataset": ROD, "rod": ROD,
-    "occlusiondataset-mm20": VSOD, "vsod": VSOD,
-    "mvp-n": MVPN, "mvpn": MVPN,
-    "imagenet-c": INC, "imagenet_c": INC, "in-c": INC, "inc": INC,
-    "quickdraw": QD, "qd": QD,
-    "changeit": CIT, "cit": CIT,
-    "coco2014": COCO, "coco": COCO,
-}
+# Older spellings users type for upstream configs, besides each scenario's config name,
+# scenario name and short name.
+_EXTRA_ALIASES = {"imagenet_c": INC, "inc": INC, "mvpn": MVPN}
 
 
-class MalformedRecord(ValueError):
-    """A record the upstream environment would reject (it asserts)."""
+def _aliases() -> dict[str, str]:
+    from proactivebench_builder.transforms import load_scenarios
+
+    aliases = {}
+    for name, cls in load_scenarios().items():
+        short = cls.environment.short_name or cls.config_name
+        for alias in (cls.config_name, name, short):
+            aliases[alias.lower()] = cls.config_name
+    aliases.update({k: v for k, v in _EXTRA_ALIASES.items() if v in aliases.values()})
+    return aliases
+
+
+def known_configs() -> list[str]:
+    """The configs of every registered scenario: upstream's seven in the paper's order, then the
+    others sorted."""
+    from proactivebench_builder.transforms import load_scenarios
+
+    configs = {cls.config_name for cls in load_scenarios().values()}
+    return [c for c in CONFIGS if c in configs] + sorted(configs - set(CONFIGS))
 
 
 def resolve_config(name: str) -> str:
-    """Upstream config name from a config name, a scenario name or a short name."""
-    config = _ALIASES.get(name.strip().lower())
+    """The config name from a config name, a scenario name or a short name (any case)."""
+    config = _aliases().get(name.strip().lower())
     if config is None:
-        raise ValueError(f"unknown scenario/config {name!r}; known: {', '.join(CONFIGS)}")
+        raise ValueError(f"unknown scenario/config {name!r}; known: "
+                         f"{', '.join(known_configs())}")
     return config
 
 
@@ -162,319 +176,6 @@ class Observation:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-scenario rules. Each hook reads the environment's state; `Environment` owns the loop.
-
-
-class Rules:
-    config = ""
-    actions: tuple[str, ...] = ()
-
-    def setup(self, env: "Environment") -> None:
-        """Scenario state beyond image_id / num_turns."""
-
-    def max_steps(self, env: "Environment") -> int:
-        return env.record["num_images"]
-
-    def valid_images(self, env: "Environment") -> list[int]:
-        return list(range(env.record["num_images"]))
-
-    def hint(self, env: "Environment") -> str:
-        return prompts.HINTS[self.config]
-
-    def displayed_options(self, env: "Environment") -> list[str]:
-        return list(env.options)
-
-    def base_correct_options(self, env: "Environment") -> list[str]:
-        """Options accepted as proactive moves before state-dependent removal (upstream's
-        index_correct_options): every non-abstain option."""
-        return [o for o in env.options if not vocabulary.is_abstain(o)]
-
-    def accepted(self, env: "Environment") -> tuple[list[str], list[str]]:
-        """(accepted proactive options, accepted categories) in the current state."""
-        return list(env.correct_options), [env.answer]
-
-    def next_image(self, env: "Environment", action: str) -> int:
-        raise NotImplementedError
-
-    def transform(self, env: "Environment", image: Image.Image) -> Image.Image:
-        return image
-
-    def open_ended_answers(self, env: "Environment") -> str:
-        raise NotImplementedError
-
-    def distance_to_reference(self, env: "Environment") -> float:
-        """How far the current state is from the reference view; the oracle policy greedily
-        reduces it."""
-        return abs(env.image_id - env.record["reference_image"])
-
-
-def _categories_text(categories: list[str]) -> str:
-    return ", ".join(c.replace(".", "") for c in categories)
-
-
-class _LastTurnCategoryOnly(Rules):
-    """MVP-N, ImageNet-C, QuickDraw: on the last turn only the category is accepted."""
-
-    def accepted(self, env):
-        if env.num_turns + 1 < env.record["num_images"]:
-            return list(env.correct_options), [env.answer]
-        return [], [env.answer]
-
-
-class RODRules(Rules):
-    config, actions = ROD, ("LEFT", "RIGHT")
-
-    def accepted(self, env):
-        if env.last_action is None:     # first turn: answering is infeasible, only moves count
-            return list(env.correct_options), []
-        return list(env.correct_options), [env.answer]
-
-    def next_image(self, env, action):
-        step = -1 if action == "LEFT" else 1
-        return (env.image_id + step) % env.record["num_images"]
-
-    def open_ended_answers(self, env):
-        return "Move the blocks, Move the camera."
-
-    def distance_to_reference(self, env):
-        n, d = env.record["num_images"], abs(env.image_id - env.record["reference_image"])
-        return min(d, n - d)
-
-
-class VSODRules(Rules):
-    config, actions = VSOD, ("REWIND", "FORWARD")
-
-    def next_image(self, env, action):
-        step = -1 if action == "REWIND" else 1
-        return (env.image_id + step) % env.record["num_images"]
-
-    def open_ended_answers(self, env):
-        return ("Wait for the occlusion to disappear, Rewind the video, Move the camera, "
-                + _categories_text([env.answer]) + ".")
-
-    def distance_to_reference(self, env):
-        n, d = env.record["num_images"], abs(env.image_id - env.record["reference_image"])
-        return min(d, n - d)
-
-
-class MVPNRules(_LastTurnCategoryOnly):
-    config, actions = MVPN, ("ROTATE",)
-
-    def valid_images(self, env):
-        return list(env.record["valid_images"])
-
-    def next_image(self, env, action):
-        return env.record["valid_images"][env.num_turns]
-
-    def open_ended_answers(self, env):
-        return "Rotate the object, Move the camera."
-
-    def distance_to_reference(self, env):
-        # The informative view is reached only on the last turn: distance = turns left.
-        return env.record["num_images"] - 1 - env.num_turns
-
-
-class INCRules(_LastTurnCategoryOnly):
-    config = INC
-    actions = ("BRIGHTNESS", "CONTRAST", "SATURATE", "BLUR", "NOISE", "JPEG_COMPRESSION",
-               "PIXELATE", "ARTIFACTS")
-
-    def valid_images(self, env):
-        return [1, 2, 3, 4, 5]
-
-    def base_correct_options(self, env):
-        if env.record.get("quality_answer") in env.options:
-            return [env.record["quality_answer"]]
-        if not env.random_suggestions:
-            raise MalformedRecord(f"quality_answer {env.record.get('quality_answer')!r} "
-                                  "is not one of the options")
-        return super().base_correct_options(env)
-
-    def next_image(self, env, action):
-        return env.image_id - 1
-
-    def open_ended_answers(self, env):
-        options, categories = self.accepted(env)
-        return ", ".join(a.replace(".", "") for a in options + categories) + "."
-
-
-class QDRules(_LastTurnCategoryOnly):
-    config, actions = QD, ("DETAILS",)
-
-    def next_image(self, env, action):
-        return env.image_id + 1
-
-    def open_ended_answers(self, env):
-        return "Add more details to the drawing, " + _categories_text([env.answer]) + "."
-
-
-def _without_first_wait(options: list[str]) -> list[str]:
-    """Remove the first option holding "Wait for the"; upstream's loop removes the last option
-    when none does, and so do we."""
-    options = list(options)
-    index = next((i for i, o in enumerate(options) if WAIT_MARKER in o), len(options) - 1)
-    if options:
-        options.remove(options[index])
-    return options
-
-
-class CITRules(Rules):
-    config, actions = CIT, ("REWIND", "FORWARD")
-
-    def max_steps(self, env):
-        return env.record["max_steps"]
-
-    def _trim(self, env, options):
-        step = env.record["step_size"]
-        if env.random_suggestions:
-            return list(options)
-        if env.image_id - step < 0:
-            return [o for i, o in enumerate(options) if i != _index_or(options, REWIND_OPTION)]
-        if env.image_id + step >= env.record["num_images"]:
-            return _without_first_wait(options)
-        return list(options)
-
-    def displayed_options(self, env):
-        return self._trim(env, env.options)
-
-    def accepted(self, env):
-        return self._trim(env, env.correct_options), [env.answer]
-
-    def next_image(self, env, action):
-        step = env.record["step_size"]
-        return env.image_id - step if action == "REWIND" else env.image_id + step
-
-    def open_ended_answers(self, env):
-        options, categories = self.accepted(env)
-        # Upstream appends the rewind option unconditionally ("first frame never has rewind").
-        options = options + [REWIND_OPTION]
-        return ",".join(a.replace(".", "") for a in options + categories) + "."
-
-
-def _index_or(options: list[str], text: str) -> int:
-    """Index of `text` (upstream's list.remove), -1 when absent."""
-    return options.index(text) if text in options else -1
-
-
-class COCORules(Rules):
-    config = COCO
-
-    def setup(self, env):
-        record = env.record
-        direction, g = record["direction"], record["granularity"]
-        env.h_step, env.v_step = record["horizontal_step"], record["vertical_step"]
-        env.h_turns = env.v_turns = 0
-        env.max_h = env.max_v = 0
-        if "zoom" in direction:
-            env.coco_actions = ("ZOOM",)
-            env.coco_max_steps = g + 1
-            env.max_h, env.max_v = env.h_step * (g + 1), env.v_step * (g + 1)
-            return
-        env.coco_max_steps = g if "_" not in direction else 2 * g
-        actions = []
-        for name in ("up", "down", "left", "right"):
-            if name in direction:
-                actions.append(name.upper())
-                if name in ("up", "down"):
-                    env.max_v = env.v_step * g
-                else:
-                    env.max_h = env.h_step * g
-        env.coco_actions = tuple(actions)
-
-    def max_steps(self, env):
-        return env.coco_max_steps
-
-    def hint(self, env):
-        return prompts.COCO_ZOOM_HINT if "zoom" in env.record["direction"] else \
-            prompts.COCO_MOVE_HINT
-
-    def _trim(self, env, options):
-        options = list(options)
-        if env.random_suggestions:
-            return options
-        if env.record["direction"] == "zoom":
-            if env.h_step == env.max_h:
-                options = [o for o in options if o != COCO_ZOOM_OPTION]
-            return options
-        removed = set()
-        if env.h_step >= env.max_h:
-            removed |= {COCO_MOVE_OPTIONS["LEFT"], COCO_MOVE_OPTIONS["RIGHT"]}
-        if env.v_step >= env.max_v:
-            removed |= {COCO_MOVE_OPTIONS["UP"], COCO_MOVE_OPTIONS["DOWN"]}
-        return _remove_first_each(options, removed)
-
-    def displayed_options(self, env):
-        return self._trim(env, env.options)
-
-    def accepted(self, env):
-        return self._trim(env, env.correct_options), [env.answer]
-
-    def next_image(self, env, action):
-        if action in ("LEFT", "RIGHT", "ZOOM"):
-            env.h_turns += 1
-            env.h_step = env.h_step / env.h_turns * (env.h_turns + 1)
-        if action in ("UP", "DOWN", "ZOOM"):
-            env.v_turns += 1
-            env.v_step = env.v_step / env.v_turns * (env.v_turns + 1)
-        return env.image_id
-
-    def transform(self, env, image):
-        if env.mode == "reference":
-            return image
-        return image.crop(coco_crop_box(env.record, env.h_step, env.v_step))
-
-    def open_ended_answers(self, env):
-        return ("Move the camera, Move farther from the object, "
-                + _categories_text([env.answer]) + ".")
-
-    def distance_to_reference(self, env):
-        # The full view is reached by exhausting the moves: distance = steps still to grow.
-        h_left = (env.max_h - env.h_step) / env.record["horizontal_step"] if env.max_h else 0
-        v_left = (env.max_v - env.v_step) / env.record["vertical_step"] if env.max_v else 0
-        return max(h_left, 0) + max(v_left, 0)
-
-
-def _remove_first_each(options: list[str], texts: set[str]) -> list[str]:
-    """list.remove of each text (its first occurrence), as upstream removes exhausted moves."""
-    options = list(options)
-    for text in sorted(texts):
-        if text in options:
-            options.remove(text)
-    return options
-
-
-def coco_crop_box(record: dict, h_step: float, v_step: float) -> tuple:
-    """The PIL crop box (left, upper, right, lower) of a COCO view (sources_image.md §3.7).
-
-    For moves, `crop.width`/`crop.height` act as right/bottom coordinates and one side extends
-    by the current step; for "zoom" they are sizes (top/left are added back) and every side
-    grows. The first view already includes one step."""
-    crop, direction = record["crop"], record["direction"]
-    zoom = "zoom" in direction
-    top = crop["top"] - v_step if ("up" in direction or zoom) else crop["top"]
-    left = crop["left"] - h_step if ("left" in direction or zoom) else crop["left"]
-    bottom = crop["height"] + v_step if ("down" in direction or zoom) else crop["height"]
-    right = crop["width"] + h_step if ("right" in direction or zoom) else crop["width"]
-    if direction == "zoom":
-        bottom += crop["top"]
-        right += crop["left"]
-    return (left, top, right, bottom)
-
-
-RULES = {rules.config: rules for rules in (RODRules(), VSODRules(), MVPNRules(), INCRules(),
-                                           QDRules(), CITRules(), COCORules())}
-
-
-def action_space(config: str, record: dict | None = None) -> tuple[str, ...]:
-    if config == COCO:
-        direction = (record or {}).get("direction", "")
-        if "zoom" in direction:
-            return ("ZOOM",)
-        return tuple(n.upper() for n in ("up", "down", "left", "right") if n in direction)
-    return RULES[config].actions
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 class Environment:
@@ -487,7 +188,7 @@ class Environment:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.record = record
         self.config = config
-        self.rules = RULES[config]
+        self.rules = behaviours.for_config(config)
         self.mode = mode
         self.hint = hint
         self.random_suggestions = random_suggestions
@@ -525,8 +226,10 @@ class Environment:
         options = list(self.record["options"])
         if not self.random_suggestions or self.preset_options:
             return options
-        own = set(action_space(self.config, self.record))
+        own = set(self.rules.action_space(self.record))
         pool = [o for o in FOREIGN_SUGGESTIONS if vocabulary.action_of(o) not in own]
+        if len(pool) < len(options):  # a scenario with (nearly) every action: any suggestion
+            pool = list(FOREIGN_SUGGESTIONS)
         rng = random.Random(f"{self.seed}|{self.config}|{self.key}|foreign-options")
         picks = iter(rng.sample(pool, sum(not vocabulary.is_abstain(o) for o in options)))
         return [o if vocabulary.is_abstain(o) else next(picks) for o in options]
@@ -557,12 +260,12 @@ class Environment:
         record = self.record
         text = record["prompt"]
         if self.mode == "reference":
-            text = prompts.REFERENCE_PROMPTS.get(self.config, text)
+            text = self.rules.play.reference_prompt or text
         hint = None
         if self.hint:
             hint = prompts.OEG_HINT if self.mode == "oeg" else self.rules.hint(self)
         # In OEG the generic hint is appended after the pre-prompted question (tests/oeg.py).
-        return prompts.compose_question(text, prompts.PRE_PROMPTS.get(self.config, ""), hint)
+        return prompts.compose_question(text, self.rules.play.pre_prompt, hint)
 
     def current_image(self) -> Image.Image:
         image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
@@ -638,11 +341,13 @@ class Environment:
         """The action an accepted option requests, as upstream's `_parse_action`: the first
         keyword (in upstream's order) of an action this scenario has; in the random probe a
         random keyword of the scenario's actions instead."""
-        allowed = action_space(self.config, self.record)
-        keywords = [k for k, a in vocabulary.ACTION_KEYWORDS.items() if a in allowed]
+        play = self.rules.play
+        allowed = self.rules.action_space(self.record)
+        keywords = [(k, a) for k, a in vocabulary.scenario_keywords(play) if a in allowed]
         if self.random_suggestions:
-            return vocabulary.ACTION_KEYWORDS[self._rng.choice(keywords)]
-        found = [vocabulary.ACTION_KEYWORDS[k] for k in keywords if k in option.lower()]
+            return self._rng.choice(keywords)[1]
+        low = option.lower()
+        found = [a for k, a in keywords if vocabulary.keyword_in(k, low, play.keyword_matching)]
         if not found or (len(found) > 1 and set(found) != {"ROTATE"}):
             raise MalformedRecord(f"{self.key}: option {option!r} maps to actions {found} "
                                   f"within {allowed}")
@@ -717,19 +422,11 @@ def _check_foreign_pool() -> None:
 _check_foreign_pool()
 
 
+def action_space(config: str, record: dict | None = None) -> tuple[str, ...]:
+    return behaviours.for_config(config).action_space(record)
+
+
 def reachable_frame_ids(record: dict, config: str) -> list[int]:
     """Every template slot value an episode (any mode) can show, sorted: what a row's
     `frame_ids` must cover. Used to attach frames to upstream JSONL records."""
-    n, first, ref = record["num_images"], record["first_image"], record["reference_image"]
-    if config == MVPN:
-        ids = set(record["valid_images"])
-    elif config == INC:
-        ids = {1, 2, 3, 4, 5}
-    elif config == CIT:
-        step = record["step_size"] or 1
-        ids = {i for i in range(n) if (i - first) % step == 0}
-    elif config == COCO:
-        ids = set()
-    else:
-        ids = set(range(n))
-    return sorted(ids | {first, ref})
+    return behaviours.for_config(config).reachable_frame_ids(record)

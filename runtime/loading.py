@@ -10,32 +10,62 @@ Three sources:
   from the files its template names, filled with upstream's slot rules, and attached to the row.
   As upstream's loader, records with `strong_occlusions == False` are skipped; upstream's FILTER
   id list is not applied here (our export is already filtered; `--ids` can restrict).
+
+Every config found in the data is played when a registered scenario declares it (its module's
+`environment`); the others are named on stderr with the reason, never dropped silently.
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
+import sys
 from typing import Iterator
 
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime.prompts import CIT, COCO, CONFIGS, INC, MVPN, ROD
 
 PARQUET_SPLITS = {"test": "", "unfiltered": "unfiltered"}
+JSONL_SUFFIX = "_preprocessed.jsonl"
+NOT_CONFIGS = {"unfiltered", "data", "reports", "upstream", "default"}  # folders of a build
 
 
 def is_upstream_layout(data: str) -> bool:
-    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*_preprocessed.jsonl")))
+    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*" + JSONL_SUFFIX)))
+
+
+def configs_in(data: str) -> list[str]:
+    """Every config the data holds: `*_preprocessed.jsonl` files (upstream layout), folders of
+    Parquet shards (a built folder), or a Hub dataset's configs (all registered ones when the
+    Hub cannot be asked)."""
+    if os.path.isdir(data):
+        if is_upstream_layout(data):
+            return sorted(os.path.basename(p)[:-len(JSONL_SUFFIX)]
+                          for p in glob.glob(os.path.join(data, "*" + JSONL_SUFFIX)))
+        return sorted(name for name in os.listdir(data) if name not in NOT_CONFIGS
+                      and glob.glob(os.path.join(data, name, "*.parquet")))
+    try:
+        import datasets
+        return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
+    except Exception as err:  # offline or unknown id: fall back to what we can play
+        print(f"evaluate: could not list the configs of {data!r} ({type(err).__name__}: {err}); "
+              "trying every registered config", file=sys.stderr)
+        return envs.known_configs()
 
 
 def available_configs(data: str) -> list[str]:
-    """Configs present in a local folder (either layout); for a Hub id, all seven."""
-    if not os.path.isdir(data):
-        return list(CONFIGS)
-    if is_upstream_layout(data):
-        return [c for c in CONFIGS
-                if os.path.exists(os.path.join(data, f"{c}_preprocessed.jsonl"))]
-    return [c for c in CONFIGS if glob.glob(os.path.join(data, c, "*.parquet"))]
+    """The configs of `data` that a registered scenario plays, upstream's seven first; each
+    config found but not playable is named on stderr with the reason."""
+    found, playable = configs_in(data), []
+    for config in found:
+        try:
+            envs.behaviours.for_config(config)
+        except envs.UnknownConfig as err:
+            print(f"evaluate: skipping config {config!r} of {data}: {err}", file=sys.stderr)
+            continue
+        playable.append(config)
+    order = envs.known_configs()
+    return sorted(playable, key=order.index)
 
 
 def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
@@ -63,8 +93,14 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:
-    """The relative image path upstream opens for a slot value (benchmark_construction.md §6)."""
+    """The relative image path upstream opens for a slot value (benchmark_construction.md §6);
+    for a config upstream does not have, the path its scenario's `frame_path` names."""
     template = record["image_template"]
+    if config not in CONFIGS:
+        from proactivebench_builder.transforms import scenario_for_config
+
+        cls = scenario_for_config(config)
+        return cls.frame_path(object.__new__(cls), record, image_id)  # reads only the row
     if config == COCO:
         return template
     if config == INC:

@@ -7,7 +7,7 @@ scenarios present (the paper's "avg" column).
 """
 from __future__ import annotations
 
-from proactivebench_builder.runtime.prompts import CONFIGS, SHORT_NAMES
+from proactivebench_builder.runtime.prompts import CONFIGS, short_name
 
 
 def episode_metrics(stats: list[dict]) -> dict:
@@ -52,7 +52,7 @@ def format_table(table: dict) -> str:
     keys = [k for k in table["avg"] if k != "n"]
     lines = [f"{'scenario':<10}{'n':>7}" + "".join(f"{k:>9}" for k in keys)]
     for config, metrics in table.items():
-        label = SHORT_NAMES.get(config, config)
+        label = short_name(config) if config != "avg" else config
         lines.append(f"{label:<10}{metrics['n']:>7}"
                      + "".join(f"{metrics[k]:>9.1f}" if k != "psr" else f"{metrics[k]:>9.2f}"
                                for k in keys))

@@ -4,13 +4,14 @@ sample's valid answers, whether the output expresses it (reference/benchmark_con
 
 The judge prompts are upstream's verbatim (MIT, proactivebench 0.1.1): changing a word would make
 judged numbers incomparable. The valid answers come from `Environment.open_ended_answers()`;
-the first PREDICTION_THR[scenario] of them are proactive suggestions, the rest categories.
+the first `prediction_threshold` of them (declared by the scenario: upstream's PREDICTION_THR =
+{ROD: 2, VSOD: 3, MVP-N: 2, IN-C: 1, QD: 1, CIT: 2, COCO: 2}) are proactive suggestions, the
+rest categories.
 """
 from __future__ import annotations
 
 import re
 
-from proactivebench_builder.runtime.prompts import SHORT_NAMES
 
 SYSTEM_PROMPT = (
     "You are an automatic evaluation system.\n\nYou will receive:\n- A user prompt\n"
@@ -33,9 +34,6 @@ SYSTEM_PROMPT = (
 USER_PROMPT = ("### User Prompt:\n{user_prompt}\n### Correct Answers (List):\n{correct_answers}\n"
                "### System Output:\n{generated_answer}")
 
-# Number of leading valid answers that are proactive suggestions, by upstream short name.
-PREDICTION_THR = {"ROD": 2, "VSOD": 3, "MVP-N": 2, "IN-C": 1, "QD": 1, "CIT": 2, "COCO": 2}
-
 # Upstream's OEG evaluation size: 100 samples per scenario, random.seed(0) shuffle, first 100.
 OEG_SAMPLES = 100
 
@@ -43,7 +41,10 @@ _VERDICTS = re.compile(r"[01](?:\s*,\s*[01])*")
 
 
 def threshold(config: str) -> int:
-    return PREDICTION_THR[SHORT_NAMES.get(config, config)]
+    """Leading valid answers that are proactive suggestions, as the scenario declares."""
+    from proactivebench_builder.runtime import behaviours, environments
+
+    return behaviours.for_config(environments.resolve_config(config)).play.threshold
 
 
 def correct_answer_list(valid_answers: str) -> list[str]:

@@ -1,8 +1,9 @@
 """Prompt texts, the multiple-choice template and answer parsing, exactly as upstream has them.
 
 Upstream is `proactivebench` 0.1.1 (github.com/tdemin16/proactivebench at c743420, MIT), read in
-`environment.py`, `data_utils.py` and `open_ended_gen.py`. The strings below (pre-prompt, hints,
-ROD's reference question, the OEG hint) are data the model sees, so they are kept verbatim: any
+`environment.py`, `data_utils.py` and `open_ended_gen.py`. The strings below (the template, the
+OEG hint) and the ones each scenario declares (pre-prompt, hint, ROD's reference question) are
+data the model sees, so they are kept verbatim: any
 change would make numbers incomparable with the paper's. The parsing functions re-implement the
 behaviour described in `reference/benchmark_construction.md` §1.2, including its quirks:
 
@@ -25,28 +26,18 @@ CIT = "ChangeIt"
 COCO = "coco2014"
 CONFIGS = (ROD, VSOD, MVPN, INC, QD, CIT, COCO)
 
-# Upstream's short dataset names (open_ended_gen.PREDICTION_THR, the test scripts' DATASETS).
-SHORT_NAMES = {ROD: "ROD", VSOD: "VSOD", MVPN: "MVP-N", INC: "IN-C", QD: "QD", CIT: "CIT",
-               COCO: "COCO"}
+# A scenario's own texts (pre-prompt, hint, reference question, short name) are declared with
+# it (`transforms.environment.Play`, its module's `environment`), not tabled here.
 
-VIDEO_PRE_PROMPT = "This is a frame extracted from a video. Answer the following question."
-PRE_PROMPTS = {VSOD: VIDEO_PRE_PROMPT, CIT: VIDEO_PRE_PROMPT}
 
-# ROD's reference-mode question (upstream credits it to the ROD paper); others reuse `prompt`.
-REFERENCE_PROMPTS = {ROD: "What type of object is in the image?"}
+def short_name(config: str) -> str:
+    """The label of a config in tables: its scenario's declared short name (upstream's: ROD,
+    VSOD, MVP-N, IN-C, QD, CIT, COCO), else the config name."""
+    from proactivebench_builder.transforms import scenario_for_config
 
-HINTS = {
-    ROD: "Hint: moving the occluding object might reveal what is behind it.",
-    VSOD: "Hint: If there is an occlusion, waiting for it to disappear or rewinding the video "
-          "might reveal what's behind it.",
-    MVPN: "Hint: rotating the object could provide a more informative view.",
-    INC: "Hint: enhancing the image quality could help with classification.",
-    QD: "Hint: Adding more details to the quickdraw could help with classification.",
-    CIT: "Hint: If you cannot answer the question, waiting for it to appear or rewinding the "
-         "video could help with classification.",
-}
-COCO_MOVE_HINT = "Hint: moving the camera could help with classification."
-COCO_ZOOM_HINT = "Hint: zooming out could help with classification."
+    cls = scenario_for_config(config)
+    return (cls.environment.short_name if cls else "") or config
+
 
 # Appended to the question in open-ended mode with hints (tests/oeg.py).
 OEG_HINT = "If you cannot answer this question, please tell me what I should do to help you."

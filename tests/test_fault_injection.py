@@ -21,6 +21,11 @@ every scenario that reads images: ImageNet-C, ROD, VSOD, MVP-N, ChangeIt, COCO):
     cut archive / list    ROD: a .tar.gz cut short; MVP-N: a pickle cut short; ChangeIt: an
                           annotation cut mid-line
     non-UTF-8 file name   a name with a byte that is not UTF-8 (test_non_utf8_file_name below)
+
+The scenarios come from the registry (`load_scenarios()`), so a new scenario gets these tests
+without an edit here: one without a plan of its own below gets the generic one
+(`inject_generic`: the source files its samples read as frames, truncated, emptied and deleted;
+a non-UTF-8 copy of the folder holding one), which assumes frames are source files it lists.
 """
 from __future__ import annotations
 
@@ -38,9 +43,9 @@ from PIL import Image
 
 from conftest import read_jsonl, run
 from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.transforms import get_scenario
+from proactivebench_builder.transforms import get_scenario, load_scenarios
 
-SCENARIOS = ("quickdraw", "imagenet_c", "rod", "vsod", "mvpn", "changeit", "coco")
+SCENARIOS = tuple(load_scenarios())
 ARGS = ("--max_bad_fraction=0.9", "--no_train")
 
 @dataclass
@@ -401,9 +406,40 @@ def inject_coco(root: str) -> list[Fault]:
     ]
 
 
+def frame_files(name: str, root: str) -> list[str]:
+    """One source file per sample that the sample shows as a frame (its middle frame)."""
+    scenario = get_scenario(name)(0, root)
+    files = []
+    for key, item in sorted(candidates(name, root).items()):
+        urls = [r["url"] for r in scenario.build_sample(key, item)["frame_refs"]
+                if r.get("kind") == "file"]
+        if urls:
+            files.append(urls[len(urls) // 2])
+    return files
+
+
+def inject_generic(name: str, root: str) -> list[Fault]:
+    """A scenario without its own plan: three samples lose a frame file, each a dead letter."""
+    files = frame_files(name, root)
+    if len(files) < 3:
+        pytest.skip(f"{name}: fewer than 3 samples with file frames for the generic faults")
+    plan = [("truncated image", truncate, "truncated|undecodable|corrupt"),
+            ("zero-byte file", empty, "empty file"),
+            ("missing frame", os.remove, "missing frame")]
+    faults = []
+    for (kind, damage, reason), url in zip(plan, files):
+        damage(url)
+        faults.append(Fault(kind, os.path.relpath(url, root), reason))
+    return faults
+
+
 INJECT = {"quickdraw": inject_quickdraw, "imagenet_c": inject_imagenet_c, "rod": inject_rod,
           "vsod": inject_vsod, "mvpn": inject_mvpn, "changeit": inject_changeit,
           "coco": inject_coco}
+
+
+def injector(name: str):
+    return INJECT.get(name, lambda root: inject_generic(name, root))
 IMAGE_FAULTS = {"truncated image", "zero-byte file", "wrong format", "unreadable file",
                 "missing frame"}
 READS_IMAGES = {"imagenet_c", "rod", "vsod", "mvpn", "changeit", "coco"}
@@ -438,7 +474,7 @@ def test_every_fault_kind_is_injected_somewhere(tmp_path_factory, miniature_root
     kinds = {}
     for name in SCENARIOS:
         _, root = copy_source(miniature_root, tmp_path_factory.mktemp(name), name)
-        kinds[name] = {f.kind for f in INJECT[name](root)}
+        kinds[name] = {f.kind for f in injector(name)(root)}
     everywhere = set().union(*kinds.values())
     assert {"ndjson line cut", "no strokes", "box outside image", "missing image",
             "unknown class", "duplicate key"} | IMAGE_FAULTS <= everywhere
@@ -449,7 +485,7 @@ def test_every_fault_kind_is_injected_somewhere(tmp_path_factory, miniature_root
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_faults_become_dead_letters(tmp_path, miniature_root, name):
     sources_root, root = copy_source(miniature_root, tmp_path, name)
-    faults = INJECT[name](root)
+    faults = injector(name)(root)
     output = str(tmp_path / "out")
     build = run(output, sources_root, name, *ARGS)
     report = build["scenarios"][name]
@@ -498,6 +534,9 @@ def inject_non_utf8(name: str, root: str) -> None:
         notes = os.path.join(root, "annotations", "apple")
         shutil.copy(os.path.join(notes, "-aB3dE5fG7h.fps1.csv"),
                     os.fsencode(notes) + b"/caf\xe9.fps1.csv")
+    elif name not in INJECT:   # generic: the folder of a frame, copied under a non-UTF-8 name
+        folder = os.path.dirname(frame_files(name, root)[0])
+        shutil.copytree(folder, os.fsdecode(os.fsencode(folder) + b"\xe9"))
 
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if n != "coco"])

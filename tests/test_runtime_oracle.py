@@ -8,7 +8,7 @@ CPython 3.12, and `runtime/conformance.py` played every scripted case (hand-made
 seven configs; answers as letters in both cases, full texts with odd case/spacing, "X. text",
 junk, an empty answer, out-of-range letters, and letters at the option/category boundary) through
 upstream's `get_state` / `evaluate_generated_answer`. The recording is frozen in
-`runtime/upstream_recorded.py`. When a Python >= 3.12 and the package are available
+`tests/data/upstream_recorded.json`. When a Python >= 3.12 and the package are available
 (PROACTIVEBENCH_UPSTREAM_PYTHON and PROACTIVEBENCH_UPSTREAM_DIR), the live test re-records.
 """
 from __future__ import annotations
@@ -25,7 +25,9 @@ from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime.episodes import run_episode
 from proactivebench_builder.runtime.metrics import episode_metrics
 from proactivebench_builder.runtime.policies import POLICIES
-from proactivebench_builder.runtime.upstream_recorded import RECORDED
+
+RECORDED = conformance.load_recorded(os.path.join(os.path.dirname(__file__), "data",
+                                                  "upstream_recorded.json"))
 
 CASES = {case["name"]: case for case in conformance.CASES}
 
@@ -36,7 +38,7 @@ CASES = {case["name"]: case for case in conformance.CASES}
 def test_recording_covers_every_case_and_config():
     assert [r["name"] for r in RECORDED] == [c["name"] for c in conformance.CASES]
     configs = {envs.config_of(c["record"]) for c in conformance.CASES}
-    assert configs == set(envs.RULES)
+    assert configs == set(envs.CONFIGS)
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r["name"])
@@ -129,7 +131,7 @@ def test_unknown_config_and_missing_frame_are_errors():
 
 def _built_rows(output: str) -> dict[str, list[dict]]:
     rows = {}
-    for config in envs.RULES:
+    for config in envs.known_configs():
         folder = os.path.join(output, config)
         if not os.path.isdir(folder):
             continue
@@ -148,7 +150,7 @@ def built_rows(built_miniature):
 
 
 def _configs():
-    return sorted(envs.RULES)
+    return sorted(envs.known_configs())
 
 
 def _play_all(rows, policy_name, **kwargs):
@@ -223,3 +225,61 @@ def test_category_on_first_frame_is_right_elsewhere(built_rows, config):
         pytest.skip(f"{config} is not built or forbids it")
     for row in built_rows[config]:
         assert envs.make_environment(row).step(row["answer"]).correct is True
+
+
+# ---- the declarations of the seven upstream scenarios ---------------------------------------
+
+
+def test_upstream_tables_now_come_from_the_declarations():
+    """What used to be per-config tables (upstream's PREDICTION_THR, short names, hints, the
+    video pre-prompt, ROD's reference question) is read from each scenario's `environment`."""
+    from proactivebench_builder.runtime import behaviours, open_ended, prompts
+
+    expected = {envs.ROD: ("ROD", 2), envs.VSOD: ("VSOD", 3), envs.MVPN: ("MVP-N", 2),
+                envs.INC: ("IN-C", 1), envs.QD: ("QD", 1), envs.CIT: ("CIT", 2),
+                envs.COCO: ("COCO", 2)}
+    for config, (short, threshold) in expected.items():
+        assert prompts.short_name(config) == short
+        assert open_ended.threshold(config) == open_ended.threshold(short) == threshold
+        play = behaviours.for_config(config).play
+        assert play.keyword_matching == "substring" and play.hint.startswith("Hint: ")
+        video = "This is a frame extracted from a video. Answer the following question."
+        assert play.pre_prompt == (video if config in (envs.VSOD, envs.CIT) else "")
+    assert behaviours.for_config(envs.ROD).play.reference_prompt == \
+        "What type of object is in the image?"
+
+
+def _ladder_record(first, ref, n):
+    record = {"id": 0, "key": f"Focus/ladder{first}{ref}", "image_template": "x/{image}.png",
+              "prompt": "What is shown?", "categories": list(conformance.CATEGORIES),
+              "answer": "Dog.", "options": ["Bring the image into focus.", "I cannot tell."],
+              "first_image": first, "reference_image": ref, "num_images": n}
+    return conformance.with_frames(record, "Focus")
+
+
+@pytest.mark.parametrize("first,ref", [(0, 3), (3, 0), (1, 2)])
+def test_frame_ladder_walks_toward_the_reference(first, ref):
+    record = _ladder_record(first, ref, 4)
+    assert record["frame_ids"] == list(range(min(first, ref), max(first, ref) + 1))
+    env = envs.make_environment(record)
+    stats = run_episode(env, POLICIES["oracle"]())
+    step = 1 if ref > first else -1
+    assert stats["image_id_history"] == list(range(first, ref + step, step))
+    assert stats["correct_prediction"] and stats["num_turns"] == abs(ref - first) + 1
+    # The last turn takes only the category; a request there ends the episode as wrong.
+    env = envs.make_environment(record)
+    for _ in range(3):
+        env.step("A")
+    assert env.accepted_answers() == ([], ["Dog."])
+    assert env.step("A").correct is False
+
+
+def test_validate_checks_the_ladder_reachability():
+    from proactivebench_builder.pipeline.commands.validate import row_problems
+
+    row = dict(_ladder_record(0, 3, 4))
+    assert not [p for p in row_problems(row, "Focus") if "frame" in p or "num_images" in p]
+    short = dict(row, num_images=3)
+    assert any("cannot reach reference_image" in p for p in row_problems(short, "Focus"))
+    gap = dict(row, frame_ids=[0, 1, 3], frames=row["frames"][:2] + row["frames"][3:])
+    assert any("frames [2] are reachable" in p for p in row_problems(gap, "Focus"))

@@ -23,6 +23,7 @@ from proactivebench_builder.pipeline.manifests import load_manifest
 from proactivebench_builder.pipeline.records import empty_row
 from proactivebench_builder.pipeline.seeding import rng_for
 from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.transforms.environment import Play
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
 
@@ -40,6 +41,7 @@ class Scenario:
     name: ClassVar[str] = ""          # registry key and manifest name (source_manifests/<name>.yaml)
     config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
     has_train_split: ClassVar[bool] = False  # True when it implements the train_* methods
+    environment: ClassVar[Play] = Play()  # how its environment plays (transforms.environment)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -78,6 +78,7 @@ import tempfile
 
 from proactivebench_builder.pipeline import fileio, results
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 OBJECT, ACTION = "object", "action"
@@ -315,6 +316,16 @@ def encode_jpeg(frame, quality: int) -> bytes:
 class ChangeIt(Scenario):
     name = "changeit"
     config_name = "ChangeIt"
+    # How upstream's environment plays ChangeIt (runtime.behaviours; texts from upstream).
+    environment = Play(
+        actions={"REWIND": ("rewind the video.",), "FORWARD": ("wait for the",)},
+        behaviour="video_steps", moves={"REWIND": -1, "FORWARD": 1},  # times step_size
+        last_turn="any", step_cap="max_steps",
+        pre_prompt="This is a frame extracted from a video. Answer the following question.",
+        hint="Hint: If you cannot answer the question, waiting for it to appear or rewinding the "
+             "video could help with classification.",
+        short_name="CIT", prediction_threshold=2, keyword_matching="substring",
+        suggestions=(REWIND_OPTION, *WAIT_OPTIONS.values()))
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)

@@ -93,6 +93,7 @@ from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.runtime.environments import coco_crop_box
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 LOG = logging.getLogger(__name__)
@@ -796,6 +797,16 @@ class Coco(Scenario):
     name = "coco"
     config_name = "coco2014"
     has_train_split = True
+    # How upstream's environment plays COCO (runtime.behaviours; texts from upstream).
+    environment = Play(
+        actions={"LEFT": ("to the left",), "RIGHT": ("to the right",), "UP": ("up",),
+                 "DOWN": ("down",), "ZOOM": ("farther",)},
+        behaviour="coco_crop", last_turn="any",
+        hint="Hint: moving the camera could help with classification.",  # zoom: its own hint
+        short_name="COCO",
+        open_ended_suggestions=("Move the camera", "Move farther from the object"),
+        prediction_threshold=2, keyword_matching="substring",
+        suggestions=(*MOVE_OPTIONS.values(), ZOOM_OPTION))
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)

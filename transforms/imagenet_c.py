@@ -21,6 +21,7 @@ from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.manifests import load_data_file
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.transforms.base import Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 SEVERITIES = (5, 4, 3, 2, 1)  # play order: most severe first, mildest is the reference
@@ -51,6 +52,22 @@ def is_image_name(name: str) -> bool:
 class ImageNetC(Scenario):
     name = "imagenet_c"
     config_name = "ImageNet-C"
+    # How upstream's environment plays ImageNet-C (runtime.behaviours; texts from upstream).
+    environment = Play(
+        actions={"BRIGHTNESS": ("brightness",), "CONTRAST": ("contrast",),
+                 "SATURATE": ("saturation",), "BLUR": ("deblur",), "NOISE": ("denoise",),
+                 "JPEG_COMPRESSION": ("compression",), "PIXELATE": ("resolution",),
+                 "ARTIFACTS": ("artifacts",)},
+        behaviour="quality_ladder", moves=dict.fromkeys(
+            ("BRIGHTNESS", "CONTRAST", "SATURATE", "BLUR", "NOISE", "JPEG_COMPRESSION",
+             "PIXELATE", "ARTIFACTS"), -1),   # each accepted request: one severity milder
+        last_turn="category",
+        hint="Hint: enhancing the image quality could help with classification.",
+        short_name="IN-C", prediction_threshold=1, keyword_matching="substring",
+        suggestions=("Increase the brightness.", "Increase the contrast.",
+                     "Increase the saturation.", "Deblur the image.", "Denoise the image.",
+                     "Remove the JPEG compression.", "Increase image resolution.",
+                     "Remove the artifacts."))
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)

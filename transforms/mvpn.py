@@ -56,6 +56,7 @@ from PIL import Image, ImageDraw
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.manifests import ManifestError, load_data_file
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 QUESTIONS = (
@@ -162,6 +163,14 @@ def template_literal(text: str) -> str:
 class MVPN(Scenario):
     name = "mvpn"
     config_name = "MVP-N"
+    # How upstream's environment plays MVP-N (runtime.behaviours; texts verbatim from upstream).
+    environment = Play(
+        actions={"ROTATE": ("rotate", "view", "angle", "orientation", "different")},
+        behaviour="valid_images_chain", last_turn="category",
+        hint="Hint: rotating the object could provide a more informative view.",
+        short_name="MVP-N", open_ended_suggestions=("Rotate the object", "Move the camera"),
+        open_ended_category=False, prediction_threshold=2, keyword_matching="substring",
+        suggestions=ROTATE_REQUESTS)
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)

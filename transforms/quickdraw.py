@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 QUESTIONS = (
@@ -124,6 +125,13 @@ class QuickDraw(Scenario):
     name = "quickdraw"
     config_name = "QuickDraw"
     has_train_split = True
+    # How upstream's environment plays QuickDraw (runtime.behaviours; texts from upstream).
+    environment = Play(
+        actions={"DETAILS": ("details", "quickdraw", "drawing", "sketch")},
+        behaviour="steps", moves={"DETAILS": 1}, last_turn="category",
+        hint="Hint: Adding more details to the quickdraw could help with classification.",
+        short_name="QD", open_ended_suggestions=("Add more details to the drawing",),
+        prediction_threshold=1, keyword_matching="substring", suggestions=DETAIL_REQUESTS)
 
     @property
     def family(self) -> str:

@@ -68,6 +68,7 @@ from PIL import Image, ImageDraw
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.images import BadImage, check_image
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"
@@ -185,6 +186,17 @@ def read_member(ref: dict) -> bytes:
 class ROD(Scenario):
     name = "rod"
     config_name = "Realistic-Occlusion-Dataset"
+    # How upstream's environment plays ROD (runtime.behaviours; texts verbatim from upstream).
+    environment = Play(
+        actions={"LEFT": ("to the left",), "RIGHT": ("to the right",)},
+        behaviour="steps", moves={"LEFT": -1, "RIGHT": 1}, wrap=True,
+        first_turn="requests", last_turn="any",   # a category on the first frame is wrong
+        hint="Hint: moving the occluding object might reveal what is behind it.",
+        reference_prompt="What type of object is in the image?",
+        short_name="ROD", open_ended_suggestions=("Move the blocks", "Move the camera"),
+        open_ended_category=False, prediction_threshold=2, keyword_matching="substring",
+        suggestions=("Move the occluding object to the left.",
+                     "Move the occluding object to the right."))
 
     # ---- listing --------------------------------------------------------------------------
 

@@ -66,6 +66,7 @@ from PIL import Image, ImageDraw
 
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
+from proactivebench_builder.transforms.environment import Play
 from proactivebench_builder.transforms.vocabulary import format_category
 
 DATASET_FOLDER = "OcclusionDataSet-MM20"
@@ -266,6 +267,16 @@ def is_strong(fractions: list[float], rule: dict) -> bool:
 class VSOD(Scenario):
     name = "vsod"
     config_name = "OcclusionDataSet-MM20"
+    # How upstream's environment plays VSOD (runtime.behaviours; texts verbatim from upstream).
+    environment = Play(
+        actions={"REWIND": ("rewind the video.",), "FORWARD": ("wait for the",)},
+        behaviour="steps", moves={"REWIND": -1, "FORWARD": 1}, wrap=True, last_turn="any",
+        pre_prompt="This is a frame extracted from a video. Answer the following question.",
+        hint="Hint: If there is an occlusion, waiting for it to disappear or rewinding the video "
+             "might reveal what's behind it.",
+        short_name="VSOD", open_ended_suggestions=(
+            "Wait for the occlusion to disappear", "Rewind the video", "Move the camera"),
+        prediction_threshold=3, keyword_matching="substring", suggestions=(REWIND, WAIT))
 
     # ---- layout -------------------------------------------------------------------------------
 

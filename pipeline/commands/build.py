@@ -39,7 +39,12 @@ def _absolute(url: str) -> str:
 
 
 def choose_scenarios(spec: str) -> dict:
-    registered = load_scenarios()
+    from proactivebench_builder.transforms import ScenarioPathError, VocabularyError
+
+    try:
+        registered = load_scenarios()
+    except (ScenarioPathError, VocabularyError) as err:  # a scenario author's mistake
+        raise SystemExit(f"scenario registry: {err}") from None
     if spec in ("", "all"):
         return registered
     chosen = {}

@@ -39,7 +39,8 @@ from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 from proactivebench_builder.pipeline.records import METADATA_COLUMNS
 from proactivebench_builder.pipeline.seeding import stable_hash
 from proactivebench_builder.pipeline.commands.validate import (
-    COCO, TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
+    TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
+from proactivebench_builder.runtime.prompts import COCO
 from proactivebench_builder.transforms import vocabulary
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"

@@ -13,16 +13,19 @@ What is checked (each check names the file and the row's key in its message):
   non-empty (exactly one abstain option, every other option naming exactly one upstream action),
   `first_image`/`reference_image` in `frame_ids`, one decodable frame per frame id (decoded the
   way the build validates sources: fully, JPEG at 1/8 scale), and the step cap consistent with
-  the frames, per scenario (see `STEP_RULES`);
+  the frames, by the scenario's declared environment behaviour (see `step_rule`);
 - across rows: `id` and `key` unique per config and split, and every test row is the unfiltered
   row of the same key with the same id.
 
-Choices: the step-cap rules check that every frame the upstream environment can reach within
-its step cap is present (ROD/VSOD circular over all ids, QuickDraw forward to the last stroke,
-ChangeIt +-step_size within max_steps, MVP-N the `valid_images` chain, ImageNet-C the 5 levels,
-COCO one full image whose first view is a non-empty box). Unknown configs get the default rule
-`num_images == len(frame_ids)`. A config listed by the card without a test shard is reported:
-`load_dataset(..., split="test")` would fail on it.
+Choices: the step-cap rules check that every frame the environment can reach within its step
+cap is present, by the behaviour the config's scenario declares (`transforms.environment.Play`):
+"steps" with `wrap` circular over all ids (ROD, VSOD), forward "steps" to the last frame
+(QuickDraw), ChangeIt's +-step_size within max_steps, MVP-N's `valid_images` chain, ImageNet-C's
+5 levels, COCO's one full image whose first view is a non-empty box, and the generic frame
+ladder's frames from `first_image` to `reference_image` within `num_images` turns. Options are
+matched against the scenario's own action keywords. A config no registered scenario declares
+gets the default rule `num_images == len(frame_ids)` and every known keyword. A config listed by
+the card without a test shard is reported: `load_dataset(..., split="test")` would fail on it.
 """
 from __future__ import annotations
 
@@ -36,13 +39,16 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import yaml
 
-from proactivebench_builder.runtime.environments import coco_crop_box as crop_box
+from proactivebench_builder.runtime import behaviours
+from proactivebench_builder.runtime.behaviours import coco_crop_box as crop_box
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.commands.arguments import (
     DEBUG_HELP, CommandParser, run_command)
 from proactivebench_builder.pipeline.images import BadImage, check_image
 from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
+from proactivebench_builder.transforms import load_scenarios
 from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.transforms.environment import Play
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 
@@ -52,8 +58,6 @@ SHARD_RE = re.compile(r"^(test|train)-(\d{5})-of-(\d{5})\.parquet$")
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
 
-ROD, VSOD, MVPN, INC = "Realistic-Occlusion-Dataset", "OcclusionDataSet-MM20", "MVP-N", "ImageNet-C"
-QD, CIT, COCO = "QuickDraw", "ChangeIt", "coco2014"
 INC_LEVELS = {1, 2, 3, 4, 5}
 COCO_DIRECTIONS = {"left", "right", "up", "down", "zoom", "up_left", "up_right", "down_left",
                    "down_right"}
@@ -254,7 +258,15 @@ def category_problems(row: dict) -> list[str]:
     return problems
 
 
-def option_problems(row: dict) -> list[str]:
+def declared_play(config: str) -> Play:
+    """The environment declaration of the config's scenario (the generic one when none)."""
+    try:
+        return behaviours.for_config(config).play
+    except behaviours.UnknownConfig:
+        return Play()
+
+
+def option_problems(row: dict, config: str = "") -> list[str]:
     options = row.get("options") or []
     if not options:
         return ["no options"]
@@ -264,10 +276,11 @@ def option_problems(row: dict) -> list[str]:
     abstain = [o for o in options if vocabulary.is_abstain(o)]
     if len(abstain) != 1:
         problems.append(f"{len(abstain)} abstain options, expected 1: {options}")
+    play = declared_play(config)
     for option in options:
         if not vocabulary.is_abstain(option):
             try:
-                vocabulary.action_of(option)
+                vocabulary.scenario_action_of(option, play)
             except ValueError as err:
                 problems.append(str(err))
     if len(abstain) == len(options):
@@ -334,6 +347,20 @@ def steps_forward(row: dict) -> list[str]:
 
 def steps_default(row: dict) -> list[str]:
     return _cap_problem(row, len(row.get("frame_ids") or []), "len(frame_ids)")
+
+
+def steps_ladder(row: dict) -> list[str]:
+    """The generic frame ladder: one frame per request toward the reference, so every frame
+    between first_image and reference_image is reachable, and the cap must leave a turn to name
+    the category on the reference."""
+    first, ref, n = row.get("first_image"), row.get("reference_image"), row.get("num_images")
+    if not isinstance(first, int) or not isinstance(ref, int) or not n:
+        return [f"first_image={first}, reference_image={ref}, num_images={n}: need integers"]
+    problems = []
+    if n < abs(ref - first) + 1:
+        problems.append(f"num_images={n} turns cannot reach reference_image {ref} from "
+                        f"first_image {first} and answer (needs {abs(ref - first) + 1})")
+    return problems + _unreachable(row, range(min(first, ref), max(first, ref) + 1))
 
 
 def steps_mvpn(row: dict) -> list[str]:
@@ -449,7 +476,7 @@ def train_row_problems(row: dict) -> list[str]:
     stray = [a for a in row.get("proactive_actions") or [] if a not in options]
     if stray:
         problems.append(f"proactive_actions {stray} not in options")
-    if row.get("config") not in STEP_RULES:
+    if not any(cls.config_name == row.get("config") for cls in load_scenarios().values()):
         problems.append(f"unknown config {row.get('config')!r}")
     images = row.get("images")
     if images is not None:
@@ -463,8 +490,24 @@ def train_row_problems(row: dict) -> list[str]:
     return problems
 
 
-STEP_RULES = {ROD: steps_circular, VSOD: steps_circular, QD: steps_forward, MVPN: steps_mvpn,
-              INC: steps_imagenet_c, CIT: steps_changeit, COCO: steps_coco}
+# The reachability check of each behaviour (keyed by behaviour, never by config: a new
+# scenario that declares "frame_ladder" or "steps" is checked without editing this file).
+STEP_RULES = {"frame_ladder": steps_ladder, "valid_images_chain": steps_mvpn,
+              "quality_ladder": steps_imagenet_c, "video_steps": steps_changeit,
+              "coco_crop": steps_coco}
+
+
+def step_rule(config: str):
+    """The reachability check of the config's declared behaviour."""
+    try:
+        play = behaviours.for_config(config).play
+    except behaviours.UnknownConfig:
+        return steps_default
+    if play.behaviour == "steps":
+        if play.wrap:
+            return steps_circular
+        return steps_forward if all(m > 0 for m in play.moves.values()) else steps_default
+    return STEP_RULES.get(play.behaviour, steps_default)
 
 
 def row_problems(row: dict, config: str) -> list[str]:
@@ -473,9 +516,9 @@ def row_problems(row: dict, config: str) -> list[str]:
         if row.get(field) in (None, ""):
             problems.append(f"{field} is empty")
     problems += category_problems(row)
-    problems += option_problems(row)
+    problems += option_problems(row, config)
     problems += frame_id_problems(row)
-    problems += STEP_RULES.get(config, steps_default)(row)
+    problems += step_rule(config)(row)
     problems += frame_problems(row)
     return problems
 

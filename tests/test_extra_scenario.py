@@ -1,0 +1,220 @@
+"""A scenario written as one module plus one manifest, and nothing else (tests/extra_scenario/,
+visible through PROACTIVEBENCH_SCENARIO_PATH as the README documents), goes the whole way:
+build -> validate -> evaluate (oracle 100% of its rows, always-abstain 0%) -> first-round
+predictions -> filter (a rebuild with --predictions). Also: the keyword checks made when the
+registry loads, whole-word matching, and the runtime's loud skip of configs nobody declares."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_jsonl, run
+from proactivebench_builder.pipeline.commands.validate import validate_folder
+from proactivebench_builder.runtime import cli, environments as envs, open_ended
+from proactivebench_builder.transforms import load_scenarios, vocabulary
+from proactivebench_builder.transforms.environment import Play, VocabularyError
+
+CONFIG = "Focus"
+
+
+@pytest.fixture(scope="module")
+def focus_build(tmp_path_factory):
+    root = private_miniature(tmp_path_factory, "focus")
+    output, report = build_once(tmp_path_factory, root, "focus")
+    return root, output, report
+
+
+def _rows(output: str, split: str = "") -> list[dict]:
+    folder = os.path.join(output, split, CONFIG)
+    return [r for name in sorted(os.listdir(folder)) if name.endswith(".parquet")
+            for r in pq.read_table(os.path.join(folder, name)).to_pylist()]
+
+
+def _evaluate(tmp_path, data: str, model: str, *extra: str) -> tuple[dict, list[dict]]:
+    results = str(tmp_path / f"{model.replace(':', '_')}{len(extra)}.jsonl")
+    args = cli.parse_args(["evaluate", "--data", data, "--model", model, "--results", results,
+                           *extra])
+    return cli.evaluate(args), read_jsonl(results)
+
+
+def test_it_is_registered_from_outside_the_package():
+    cls = load_scenarios()["focus"]
+    assert cls.__module__ == "focus_scenario"
+    assert os.path.dirname(__import__("focus_scenario").__file__) == EXTRA_SCENARIO_DIR
+    assert envs.resolve_config("FOC") == envs.resolve_config("focus") == CONFIG
+    assert CONFIG in envs.known_configs()
+
+
+def test_build_and_validate(focus_build):
+    _, output, report = focus_build
+    entry = report["scenarios"]["focus"]
+    assert entry["samples"] == 15 and entry["dead_letters"] == 0 and entry["accounted"]
+    rows = _rows(output)
+    assert len(rows) == 15 and all(r["key"].startswith(f"{CONFIG}/") for r in rows)
+    assert validate_folder(output) == []
+    # The upstream export holds it as well.
+    assert len(read_jsonl(os.path.join(output, "upstream", f"{CONFIG}_preprocessed.jsonl"))) == 15
+
+
+def test_evaluate_oracle_and_always_abstain(focus_build, tmp_path):
+    _, output, _ = focus_build
+    n = len(_rows(output))
+    table, lines = _evaluate(tmp_path, output, "oracle")
+    assert table[CONFIG] == {"n": n, "acc": 100.0, "psr": 3.0}   # 3 requests up the 4 frames
+    assert len(lines) == n and all(line["correct_prediction"] for line in lines)
+    table, _ = _evaluate(tmp_path, output, "always-abstain", "--scenarios", "focus")
+    assert table[CONFIG] == {"n": n, "acc": 0.0, "psr": 0.0}
+    # The upstream layout of the same build plays the same (frames found by frame_path).
+    table, _ = _evaluate(tmp_path, os.path.join(output, "upstream"), "oracle")
+    assert table[CONFIG]["acc"] == 100.0 and table[CONFIG]["n"] == n
+
+
+def test_first_round_predictions_filter_the_rebuild(focus_build, tmp_path):
+    root, output, _ = focus_build
+    predictions = []
+    for model in ("oracle", "always-abstain", "first-option", "random:3"):
+        table, lines = _evaluate(tmp_path, output, model, "--first-round-only")
+        assert {line["config"] for line in lines} == {CONFIG} and len(lines) == 15
+        predictions += lines
+    leaked = {p["key"] for p in predictions if p["correct"]}
+    assert leaked, "random answers name some categories on the first turn"
+    assert not any(p["correct"] for p in predictions if p["model"] != "random:3")
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in predictions))
+    filtered = str(tmp_path / "filtered")
+    report = run(filtered, root, "focus", f"--predictions={path}")
+    kept = {r["key"] for r in _rows(filtered)}
+    pool = {r["key"] for r in _rows(filtered, "unfiltered")}
+    assert kept == pool - leaked and report["scenarios"]["focus"]["kept"] == len(kept)
+    assert validate_folder(filtered) == []
+
+
+def test_declared_texts_reach_the_model(focus_build):
+    _, output, _ = focus_build
+    row = _rows(output)[0]
+    observation = envs.make_environment(row, hint=True).reset()
+    assert observation.prompt.split(" Choose from")[0].endswith(
+        "Hint: sharpening the picture could help with classification.")
+    env = envs.make_environment(row, mode="oeg")
+    assert env.open_ended_answers() == f"Sharpen the picture, {row['answer'][:-1]}."
+    assert open_ended.threshold(CONFIG) == 1
+
+
+def test_the_runtime_names_configs_it_cannot_play(focus_build, tmp_path, capsys):
+    _, output, _ = focus_build
+    data = str(tmp_path / "data")
+    shutil.copytree(os.path.join(output, CONFIG), os.path.join(data, CONFIG))
+    shutil.copytree(os.path.join(output, CONFIG), os.path.join(data, "Mystery"))
+    table, _ = _evaluate(tmp_path, data, "oracle")
+    assert list(table) == [CONFIG, "avg"]
+    err = capsys.readouterr().err
+    assert "skipping config 'Mystery'" in err and "no registered scenario" in err
+
+
+# ---- the vocabulary -----------------------------------------------------------------------------
+
+
+def test_matching_is_scoped_and_whole_word_for_new_scenarios():
+    play = load_scenarios()["focus"].environment
+    assert vocabulary.scenario_action_of("Sharpen up the picture.", play) == "SHARPEN"
+    assert vocabulary.scenario_action_of("Bring the image into FOCUS.", play) == "SHARPEN"
+    with pytest.raises(ValueError):
+        vocabulary.scenario_action_of("Resharpening would help.", play)   # not the word
+    ladder = Play(actions={"ROTATE": ("angle",)})
+    with pytest.raises(ValueError):
+        vocabulary.scenario_action_of("Show the rectangle.", ladder)       # "angle" in a word
+    # The seven upstream scenarios keep upstream's substring rule (released records need it).
+    mvpn = load_scenarios()["mvpn"].environment
+    assert vocabulary.scenario_action_of("Show me another viewpoint.", mvpn) == "ROTATE"
+
+
+class _Fake:
+    def __init__(self, play):
+        self.environment = play
+
+
+def _check(**plays):
+    scenarios = dict(load_scenarios())
+    scenarios.update({name: _Fake(play) for name, play in plays.items()})
+    vocabulary.check_vocabulary(scenarios)
+
+
+def test_keyword_clashes_are_refused_with_a_clear_error():
+    _check(ok=Play(actions={"DEFOG": ("defog",)}, suggestions=("Defog the lens.",)))
+    with pytest.raises(VocabularyError, match="'upscale'.*inside|'up'.*inside"):
+        _check(bad=Play(actions={"UPSCALE": ("upscale",)}))
+    with pytest.raises(VocabularyError, match="already uses it for ROTATE"):
+        _check(bad=Play(actions={"SPIN": ("rotate",)}))
+    with pytest.raises(VocabularyError, match="occurs in the option"):
+        _check(bad=Play(actions={"CAMERA": ("camera",)}))   # "Move the camera up." is COCO's
+    with pytest.raises(VocabularyError, match="abstain"):
+        _check(bad=Play(actions={"NOPE": ("do nothing",)}, suggestions=("I cannot say.",)))
+    with pytest.raises(VocabularyError, match="need exactly one"):
+        _check(bad=Play(actions={"DEFOG": ("defog",)}, suggestions=("Clean the lens.",)))
+    with pytest.raises(VocabularyError, match="tuple of keywords"):
+        Play(actions={"DEFOG": "defog"})
+
+
+def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
+    """A plug-in whose keyword is inside an upstream one: one clear line, exit 1, no traceback."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "clash_scenario.py").write_text(
+        "from proactivebench_builder.transforms.base import Scenario\n"
+        "from proactivebench_builder.transforms.environment import Play\n\n\n"
+        "class Clash(Scenario):\n    name = 'clash'\n    config_name = 'Clash'\n"
+        "    environment = Play(actions={'UPSCALE': ('upscale',)})\n")
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=str(folder))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
+                           f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "scenario registry: keyword 'up' (upstream) is inside keyword 'upscale'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
+    _check(plain=Play(suggestions=("Add more details.", "Rotate the object.")))
+    with pytest.raises(VocabularyError, match="'sharpen'.*occurs in the option"):
+        _check(plain=Play(suggestions=("Sharpen the picture.",)))   # Focus's keyword
+    with pytest.raises(VocabularyError, match="need exactly one"):
+        _check(plain=Play(suggestions=("Wave a flag.",)))
+
+
+def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=str(tmp_path / "no_such_folder"))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
+                           f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"PROACTIVEBENCH_SCENARIO_PATH: {tmp_path / 'no_such_folder'} is not a folder" \
+        in done.stderr
+
+
+def test_two_scenarios_may_share_a_new_keyword_for_the_same_action():
+    _check(twin=Play(actions={"SHARPEN": ("sharpen",)}, suggestions=("Sharpen it.",)))
+
+
+def test_declaration_mistakes_are_caught_when_declared():
+    from proactivebench_builder.runtime import behaviours
+    from proactivebench_builder.transforms import environment
+
+    assert set(environment.BEHAVIOURS) == set(behaviours.BEHAVIOURS)
+    with pytest.raises(VocabularyError, match="unknown behaviour 'ladder'"):
+        Play(behaviour="ladder")
+    with pytest.raises(VocabularyError, match="needs a move per action"):
+        Play(actions={"DEFOG": ("defog",)}, behaviour="steps")
+    with pytest.raises(VocabularyError, match="last_turn"):
+        Play(last_turn="never")

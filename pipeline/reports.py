@@ -98,7 +98,9 @@ class WriteReports(beam.DoFn):
         files = sorted(({"path": _relative(s["path"], output), "rows": s["rows"],
                          "bytes": s["bytes"], "sha256": s["sha256"], "config": s["config"],
                          "split": s["split"]} for s in shards), key=lambda f: f["path"])
-        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files}
+        # the sources let a later build tell whether it makes the same pool (filters/coverage.py)
+        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files,
+                 "sources": {n: p["sources"][n] for n in scenarios if n in p.get("sources", {})}}
         extra_configs = []
         if p.get("train_sources"):
             from proactivebench_builder.pipeline.train import summarize_train

@@ -154,7 +154,19 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }
     params.update(scenarios=sorted(scenarios), selection=selection, stamp=stamp)
+    if selection["mode"] == "predictions":
+        check_predictions_cover_pool(params)
     return params
+
+
+def check_predictions_cover_pool(params: dict) -> None:
+    """Before any work: the predictions cover what the filter will judge (filters/coverage.py)."""
+    from proactivebench_builder.filters.coverage import check_before_work
+    from proactivebench_builder.filters.predictions import read_predictions
+
+    problem = check_before_work(read_predictions(params["selection"]["predictions"]), params)
+    if problem:
+        raise SystemExit(f"cannot filter: {problem}")
 
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -225,10 +237,13 @@ def run_build(argv: list[str]) -> dict:
 
     run_pipeline(options, params)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
-    print(summary_table(report["scenarios"]))
+    filters = None
     if params["selection"]["mode"] != "none":
         filters = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR,
                                                            "filter.json")))
+        check_filter_errors(filters["scenarios"], params["output"])
+    print(summary_table(report["scenarios"]))
+    if filters:
         print(filter_table(filters["scenarios"]))
     write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
@@ -238,6 +253,21 @@ def run_build(argv: list[str]) -> dict:
             raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
                               f"places, e.g.: " + "; ".join(problems[:5]))
     return report
+
+
+def check_filter_errors(scenarios: dict, output: str) -> None:
+    """The pool step reports predictions or a keep-list that cannot filter its pool as a value
+    (filters/selection.py); the build then fails with those messages, naming the written pool."""
+    from proactivebench_builder.filters.coverage import coverage_message
+
+    failed = [f for _, f in sorted(scenarios.items()) if f.get("error")]
+    coverage = [f["error"] for f in failed if f.get("error_kind") == "coverage"]
+    errors = [f["error"] for f in failed if f.get("error_kind") != "coverage"]
+    if coverage:
+        errors.append(coverage_message(coverage).replace("--data DIR", f"--data {output}"))
+    if errors:
+        raise BuildFailed("cannot filter: " + " ".join(errors) + " (nothing reached the test "
+                          f"split; the unfiltered pool is written in {output})")
 
 
 def check_sources(params: dict) -> None:

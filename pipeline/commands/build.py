@@ -154,9 +154,30 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }
     params.update(scenarios=sorted(scenarios), selection=selection, stamp=stamp)
+    params["update"] = plan_partial_update(params)
     if selection["mode"] == "predictions":
         check_predictions_cover_pool(params)
     return params
+
+
+def plan_partial_update(params: dict) -> dict | None:
+    """Some scenarios into a folder holding a build of more: update them, keep the others
+    (pipeline/partial_rebuild.py), or refuse before any work naming the way out."""
+    from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
+
+    capable = {n for n, cls in load_scenarios().items() if cls.has_train_split}
+    try:
+        update = plan_update(params, capable)
+    except UpdateRefused as err:
+        raise SystemExit(str(err)) from None
+    if update:
+        LOG.info("updating %s in %s; keeping %s as built", ", ".join(params["scenarios"]),
+                 params["output"], ", ".join(update["kept"]))
+        if update["train_sources"]:  # the shared train split is rebuilt whole
+            params["train_sources"] = {**params["train_sources"], **update["train_sources"]}
+            for name, overrides in update["train_overrides"].items():
+                params["overrides"].setdefault(name, overrides)
+    return update
 
 
 def check_predictions_cover_pool(params: dict) -> None:

@@ -14,7 +14,7 @@ What is published (the "plan"):
   a deterministic zip `test/<folder>.zip` (stored, sorted members, fixed timestamps and
   permissions), so unzipping inside `test/` recreates the paths the templates name.
 
-Choices made where the reference leaves it open ([?] in `benchmark_construction.md` section 6):
+Choices made where upstream's release leaves it open (it does not publish its archive names):
 the upstream zip names are not known, so there is one archive per top-level image folder, named
 after it; a folder larger than `archive_max_bytes` (default 5 GB, the Hub's older per-file
 recommendation) is split into `<folder>-00001-of-0000N.zip` parts in sorted member order. Images

@@ -1,7 +1,7 @@
 """The seven ProactiveBench environments as one small state machine with per-scenario rules.
 
 Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`, described in
-`reference/benchmark_construction.md` §1.2, §1.4, §2 and `sources_image.md` §1.8, §3.7): the same
+`docs/environments.md` and, for COCO's views, `docs/sources.md`): the same
 answer on the same record moves the environment the same way and scores the same.
 
 One turn (`Environment.step`), as upstream's `evaluate_generated_answer`:
@@ -444,7 +444,7 @@ def _remove_first_each(options: list[str], texts: set[str]) -> list[str]:
 
 
 def coco_crop_box(record: dict, h_step: float, v_step: float) -> tuple:
-    """The PIL crop box (left, upper, right, lower) of a COCO view (sources_image.md §3.7).
+    """The PIL crop box (left, upper, right, lower) of a COCO view (docs/sources.md, 'COCO views').
 
     For moves, `crop.width`/`crop.height` act as right/bottom coordinates and one side extends
     by the current step; for "zoom" they are sizes (top/left are added back) and every side

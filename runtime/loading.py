@@ -63,7 +63,7 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:
-    """The relative image path upstream opens for a slot value (benchmark_construction.md §6)."""
+    """The relative image path upstream opens for a slot value (upstream's slot rules)."""
     template = record["image_template"]
     if config == COCO:
         return template

@@ -4,7 +4,7 @@ Upstream is `proactivebench` 0.1.1 (github.com/tdemin16/proactivebench at c74342
 `environment.py`, `data_utils.py` and `open_ended_gen.py`. The strings below (pre-prompt, hints,
 ROD's reference question, the OEG hint) are data the model sees, so they are kept verbatim: any
 change would make numbers incomparable with the paper's. The parsing functions re-implement the
-behaviour described in `reference/benchmark_construction.md` §1.2, including its quirks:
+behaviour described in `docs/environments.md`, including its quirks:
 
 - full-text normalisation removes everything up to the *last* "<capital letter>." in the answer
   (a greedy `^.*[A-Z]\\.\\s*`), then lower-cases, strips and deletes every space;

@@ -2,7 +2,7 @@
 
 Upstream recognises an option by lower-cased substrings: an option containing "cannot" or
 "do not" is an abstain option; otherwise the first matching keyword below names its action
-(`reference/benchmark_construction.md` §1.2). Every option string a scenario writes must match
+(`docs/environments.md`). Every option string a scenario writes must match
 exactly one action, which `action_of` checks and the tests enforce for every pool.
 """
 from __future__ import annotations

@@ -47,8 +47,10 @@ def loaded_files():
     return {name: getattr(module, "__file__", None) for name, module in sorted(sys.modules.items())
             if name.startswith("proactivebench_builder.")}
 
-on_path = [p for p in sys.path if p and os.path.isdir(p) and
-           (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
+# a virtual environment made inside the clone (.venv) lends its site-packages to this run: that
+# exposes installed dependencies, not the source tree (where modules load from is checked below)
+on_path = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) != "site-packages"
+           and (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
 from proactivebench_builder.pipeline.commands import build as cli
 status = cli.main(argv)
 json.dump({"status": status, "prefix": sys.prefix, "source_tree_on_path": on_path,

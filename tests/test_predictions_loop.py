@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import defaultdict
 
 import datasets
@@ -16,9 +18,10 @@ import pytest
 from conftest import read_json, run
 
 from proactivebench_builder.pipeline.commands.build import BuildFailed
-from proactivebench_builder.pipeline.commands.build import main as build_main
 from proactivebench_builder.runtime.cli import main as evaluate
 
+RUN_PIPELINE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "run_pipeline.py")
 SCENARIOS = "quickdraw,vsod"  # VSOD has weak-occlusion clips: in the pool, never in the test split
 MODELS = ("always-abstain", "random:1", "random:2", "first-option")
 
@@ -98,22 +101,22 @@ def test_a_scenario_without_predictions_is_refused_before_any_work(loop, miniatu
 
 
 def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniature_root,
-                                                                   tmp_path, capsys):
+                                                                   tmp_path):
     """Every model played only the filtered test split: consistent among themselves, so only the
-    pool shows what is missing. The build fails with one line (exit 2), no traceback."""
+    pool shows what is missing. The build fails with one line (exit 2), no traceback, as a user
+    running the command sees it."""
     out, _, _ = loop
     test_only = tmp_path / "test_only.jsonl"
     for model in MODELS[:2]:
         first_round(out, test_only, model, "--split", "test")
-    capsys.readouterr()
     fresh = str(tmp_path / "fresh")
-    code = build_main([f"--output={fresh}", f"--sources_root={miniature_root}",
-                       f"--scenarios={SCENARIOS}", "--runner=FnApiRunner", "--no_train",
-                       f"--predictions={test_only}"])
-    err = capsys.readouterr().err
-    assert code == 2
-    failure = [line for line in err.splitlines() if "BUILD FAILED" in line]
-    assert len(failure) == 1 and "Traceback" not in err
+    done = subprocess.run(
+        [sys.executable, RUN_PIPELINE, f"--output={fresh}", f"--sources_root={miniature_root}",
+         f"--scenarios={SCENARIOS}", "--runner=FnApiRunner", "--no_train",
+         f"--predictions={test_only}"], capture_output=True, text=True, cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr[-2000:]
+    failure = [line for line in done.stderr.splitlines() if "BUILD FAILED" in line]
+    assert len(failure) == 1 and "Traceback" not in done.stderr
     assert "QuickDraw: " in failure[0] and "samples lack predictions" in failure[0]
     assert f"evaluate --data {fresh} --first-round-only" in failure[0]
     # the pool is written, nothing reached the test split
@@ -121,5 +124,5 @@ def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniatu
 
     assert pq.read_table(os.path.join(fresh, "unfiltered", "QuickDraw")).num_rows > 0
     assert pq.read_table(os.path.join(fresh, "QuickDraw")).num_rows == 0
-    with pytest.raises(BuildFailed):
+    with pytest.raises(BuildFailed, match="samples lack predictions"):
         run(fresh + "2", miniature_root, SCENARIOS, "--no_train", f"--predictions={test_only}")

@@ -102,10 +102,12 @@ def venv_python(sdist, tmp_path_factory) -> str:
                               text=True).stdout.strip()
     with open(os.path.join(own_site, "dependencies-of-the-test-run.pth"), "w") as pth:
         pth.write("\n".join(site.getsitepackages()) + "\n")
-    # The running environment's pip installs into the new one (--target would skip its metadata).
+    # The running environment's pip installs into the new one (--target would skip its metadata);
+    # --ignore-installed, or pip would first uninstall the running environment's own copy (the
+    # user's `pip install -e .`), leaving it without the package after the test run.
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--prefix", str(venv), "--no-warn-script-location", wheel[0]], check=True,
-                   capture_output=True)
+                    "--ignore-installed", "--prefix", str(venv), "--no-warn-script-location",
+                    wheel[0]], check=True, capture_output=True)
     return python
 
 

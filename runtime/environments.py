@@ -561,7 +561,7 @@ class Environment:
         hint = None
         if self.hint:
             hint = prompts.OEG_HINT if self.mode == "oeg" else self.rules.hint(self)
-        # In OEG the generic hint is appended after the pre-prompted question (tests/oeg.py).
+        # In OEG the generic hint is appended after the pre-prompted question (upstream's tests/oeg.py).
         return prompts.compose_question(text, prompts.PRE_PROMPTS.get(self.config, ""), hint)
 
     def current_image(self) -> Image.Image:

@@ -136,7 +136,7 @@ class OpenAIChatModel(Model):
                          f"{last_error}") from last_error
 
 
-# ---- Hugging Face transformers (optional extra: pip install .[transformers]) ----------------
+# ---- Hugging Face transformers (optional extra: pip install -e ".[transformers]") ----------------
 
 
 class TransformersModel(Model):
@@ -152,8 +152,9 @@ class TransformersModel(Model):
             import torch  # noqa: F401
             from transformers import AutoModelForImageTextToText, AutoProcessor
         except ImportError as err:
-            raise ModelError("the transformers adapter needs `pip install "
-                             "proactivebench-builder[transformers]`") from err
+            raise ModelError("the transformers adapter needs transformers and torch: "
+                             "`pip install -e \".[transformers]\"` in the clone, or "
+                             "`pip install transformers torch`") from err
         self._processor = AutoProcessor.from_pretrained(self.model_id)
         self._model = AutoModelForImageTextToText.from_pretrained(
             self.model_id, device_map=self.device_map, torch_dtype="auto")

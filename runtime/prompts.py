@@ -48,7 +48,7 @@ HINTS = {
 COCO_MOVE_HINT = "Hint: moving the camera could help with classification."
 COCO_ZOOM_HINT = "Hint: zooming out could help with classification."
 
-# Appended to the question in open-ended mode with hints (tests/oeg.py).
+# Appended to the question in open-ended mode with hints (upstream's tests/oeg.py).
 OEG_HINT = "If you cannot answer this question, please tell me what I should do to help you."
 
 SHORT_ANSWER_LINE = "Please only return one of the options without any other words."

@@ -65,8 +65,8 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
-            f"{n}: {url}" for n, url in sorted(absent.items())) + " (see README, 'Building from "
-            "the real downloads', for the layout each scenario expects)")
+            f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
+            "layout each scenario expects and where to get it)")
     return sources
 
 
@@ -205,7 +205,7 @@ def configure_runner(options: PipelineOptions) -> str:
 
     A local run keeps Beam's default, one in-memory worker, unless `--direct_num_workers` asks
     for more: a threaded build lost part of one stage's output once in about twenty 10%-scale
-    benchmark builds (caught by the accounting check; README, "Running locally"), and one
+    benchmark builds (caught by the accounting check; docs/benchmark.md), and one
     in-memory worker has no concurrency in which to lose anything."""
     standard = options.view_as(StandardOptions)
     if standard.runner in ("DaskRunner", DASK_RUNNER):

@@ -58,7 +58,7 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
     kept = sorted(old_scenarios - chosen)
     if not kept:
         return None
-    if previous.get("failed") or previous.get("status") not in (None, "succeeded", "ok"):
+    if build_failed(previous):
         raise UpdateRefused(f"cannot update {output}: it holds a failed build; {WAY_OUT}")
     mismatches = _setting_mismatches(previous, read_json(output, "filter.json") or {}, params)
     if mismatches:
@@ -73,6 +73,17 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
             "train_sources": train_again or {},
             "train_overrides": {n: old_overrides[n] for n in train_again or {}
                                 if n in old_overrides}}
+
+
+FAILED_STATUSES = {"failed", "refused", "incomplete", "running", "started", "interrupted"}
+
+
+def build_failed(report: dict) -> bool:
+    """Whether build.json marks its build as not finished or refused (the markers a failed
+    build may carry; a report without any is a finished build)."""
+    status = str(report.get("status") or "").lower()
+    return (status in FAILED_STATUSES or report.get("failed") is True
+            or report.get("succeeded") is False)
 
 
 def _refuse_foreign_shards(output: str, params: dict) -> None:

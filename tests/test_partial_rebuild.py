@@ -127,3 +127,13 @@ def test_a_kept_shard_that_changed_is_refused(full, miniature_root):
     with pytest.raises(SystemExit, match="ChangeIt/test-00000-of-00001.parquet, kept from its "
                                          "build, is missing or changed"):
         run(full, miniature_root, "quickdraw")
+
+
+def test_a_folder_marked_failed_is_not_updated(full, miniature_root):
+    path = os.path.join(full, "reports", "build.json")
+    report = read_json(path)
+    report["status"] = "failed"
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+    with pytest.raises(SystemExit, match="holds a failed build; rebuild every scenario"):
+        run(full, miniature_root, "quickdraw")

@@ -1,7 +1,7 @@
 """A scale corpus: every source in its real raw layout, at realistic image sizes, at a chosen
 fraction of the full benchmark.
 
-Counts per scenario are the paper's pool sizes (reference/benchmark_construction.md §2) times the
+Counts per scenario are the paper's pool sizes (docs/sources.md) times the
 fraction (at least one sample each), so at 1.0 the corpus yields about 18.9k samples and ~100k
 test frames (plus the train split's images):
 

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
+from proactivebench_builder.filters import coverage
 from proactivebench_builder.filters.predictions import (PredictionsError, read_predictions,
                                                         sample_ref)
 from proactivebench_builder.pipeline import fileio
@@ -69,10 +70,13 @@ def load_keep_list(spec: str) -> dict[str, set[int]]:
 
 
 def select(scenario: str, config: str, rows: list[dict], values: list[dict],
-           settings: dict) -> tuple[set[str], dict]:
+           settings: dict, required: list[str] | None = None) -> tuple[set[str], dict]:
+    """`required`: the keys every model must have answered (default: every row's)."""
     if settings["mode"] == "keep_list":
         return _select_by_keep_list(config, rows, values, settings)
-    return _select_by_predictions(config, rows, values, settings)
+    if required is None:
+        required = sorted(r["key"] for r in rows)
+    return _select_by_predictions(config, rows, values, settings, required)
 
 
 def _select_by_keep_list(config, rows, values, settings):
@@ -91,7 +95,7 @@ def _select_by_keep_list(config, rows, values, settings):
                   "after": len(kept), "listed": len(listed), "missing_ids": missing}
 
 
-def _select_by_predictions(config, rows, values, settings):
+def _select_by_predictions(config, rows, values, settings, required):
     threshold, min_models = float(settings["threshold"]), int(settings["min_models"])
     # a prediction names its sample by key or by id (predictions.sample_ref)
     pool = {f"key:{r['key']}": r["key"] for r in rows}
@@ -110,18 +114,17 @@ def _select_by_predictions(config, rows, values, settings):
         answers[key][value["model"]] = value["correct"]
     if unknown:
         raise PredictionsError(f"{config}: {len(unknown)} predictions name samples that are not "
-                               f"in the pool, e.g. {', '.join(unknown[:5])}")
+                               f"in the pool, e.g. {', '.join(unknown[:5])} (were they made on "
+                               "another build?)")
     if not answers:
         raise PredictionsError(f"{config}: the predictions cover no sample of this config; "
                                "add its predictions or leave it out with --scenarios")
     models = sorted({m for per in answers.values() for m in per})
-    coverage = Counter(m for per in answers.values() for m in per)
-    partial = {m: coverage[m] for m in models if coverage[m] < len(rows)}
-    if partial and not settings.get("allow_partial"):
-        detail = ", ".join(f"{m} ({n} of {len(rows)})" for m, n in sorted(partial.items()))
-        raise PredictionsError(f"{config}: models cover only part of the pool: {detail}. "
-                               "Complete them, or pass --allow_partial_predictions to judge each "
-                               "sample by the models that answered it.")
+    if not settings.get("allow_partial"):
+        answered = {key: set(per) for key, per in answers.items()}
+        problem = coverage.missing_predictions(config, required, answered, models)
+        if problem:
+            raise coverage.CoverageError(problem)
     kept, fractions, unjudged = set(), {}, 0
     for row in rows:
         per = answers.get(row["key"], {})

@@ -14,7 +14,7 @@ What is published (the "plan"):
   a deterministic zip `test/<folder>.zip` (stored, sorted members, fixed timestamps and
   permissions), so unzipping inside `test/` recreates the paths the templates name.
 
-Choices made where the reference leaves it open ([?] in `benchmark_construction.md` section 6):
+Choices made where upstream's release leaves it open (it does not publish its archive names):
 the upstream zip names are not known, so there is one archive per top-level image folder, named
 after it; a folder larger than `archive_max_bytes` (default 5 GB, the Hub's older per-file
 recommendation) is split into `<folder>-00001-of-0000N.zip` parts in sorted member order. Images
@@ -81,6 +81,30 @@ RESUME_HINT = "Re-run the same command to resume: files already on the target ar
 
 class PublishError(RuntimeError):
     """Publishing cannot go ahead; the message says why and what to do."""
+
+
+class HubUnreachable(PublishError):
+    """The Hub could not be contacted (no network, offline mode): a dry run plans without it."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def is_network_error(err: BaseException) -> bool:
+    """Connection refused or reset, DNS, timeouts: OSErrors, and the transport errors of the
+    HTTP client huggingface_hub uses (httpx, or httpx2 in its newer releases), matched by name so
+    that either client works."""
+    if isinstance(err, OSError):
+        return True
+    return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx")
+               for cls in type(err).__mro__)
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
 
 
 # ----------------------------------------------------------------------------- the files
@@ -494,9 +518,10 @@ class HubClient:
         except (RepositoryNotFoundError, RevisionNotFoundError):
             raise  # the caller knows what a missing repo or branch means
         except OfflineModeIsEnabled as err:
-            raise PublishError(f"cannot {what}: Hugging Face offline mode is on (HF_HUB_OFFLINE=1)."
-                               " Unset HF_HUB_OFFLINE to publish to the Hub, or publish to a "
-                               "folder with --to.") from err
+            raise HubUnreachable(f"cannot {what}: Hugging Face offline mode is on "
+                                 "(HF_HUB_OFFLINE=1). Unset HF_HUB_OFFLINE to publish to the Hub, "
+                                 "or publish to a folder with --to.",
+                                 "Hugging Face offline mode is on") from err
         except HfHubHTTPError as err:
             status = getattr(getattr(err, "response", None), "status_code", None)
             if status in (401, 403):
@@ -504,8 +529,13 @@ class HubClient:
                                    "check HF_TOKEN or `hf auth login`, and that the token may "
                                    "write to this repo") from err
             raise PublishError(f"cannot {what}: {err}. {RESUME_HINT}") from err
-        except OSError as err:  # connection reset, timeout, DNS: the network, not the data
-            raise PublishError(f"cannot {what}: {err!r}. {RESUME_HINT}") from err
+        except Exception as err:  # connection refused, reset, timeout, DNS: the network
+            if not is_network_error(err):
+                raise
+            reason = f"{hub_endpoint()} unreachable: {type(err).__name__}: {err}"
+            raise HubUnreachable(f"cannot {what}: the Hub at {hub_endpoint()} cannot be reached "
+                                 f"({type(err).__name__}: {err}); check the network (and "
+                                 f"HF_ENDPOINT if set). {RESUME_HINT}", reason) from err
 
     def head_commit(self, repo_id: str, revision: str | None) -> str | None:
         """The commit sha of `revision`, or None when the repo does not exist."""
@@ -573,10 +603,18 @@ class HubTarget:
         return f"Hugging Face dataset repo {self.repo_id} (revision {self.revision or 'main'})"
 
     def prepare(self, dry_run: bool) -> list[str]:
-        """Token and repo are checked before any heavy work; returns notes for the plan."""
+        """Token and repo are checked before any heavy work; returns notes for the plan. A dry
+        run that cannot reach the Hub still plans every file, and says what it could not tell."""
         if self.client is None:
             self.client = HubClient(resolve_token(required=not dry_run))
-        self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+        try:
+            self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+        except HubUnreachable as err:
+            if not dry_run:
+                raise
+            self.exists = False
+            return [f"remote not contacted ({err.reason}): cannot tell which files are already "
+                    "there (skipped) or stale (deleted); every file is listed as an upload"]
         if self.parent_commit is not None:
             return [f"repo {self.repo_id} exists, at commit {self.parent_commit}"]
         if not self.create:

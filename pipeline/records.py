@@ -1,7 +1,7 @@
 """The record contract: one row per benchmark sample, the same columns in every scenario config.
 
 Columns are the fields the upstream `proactivebench` environments read from
-`<config>_preprocessed.jsonl` (with the same meaning, see `reference/benchmark_construction.md`),
+`<config>_preprocessed.jsonl` (with the same meaning, see `docs/records.md`),
 plus `key`, `frames`, `frame_ids`, `question_type` and `source`. Scenario-specific extras are null
 where a scenario does not use them, so every config shares one schema and one loader.
 

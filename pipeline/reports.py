@@ -75,11 +75,31 @@ class WriteReports(beam.DoFn):
         output = p["output"]
         scenarios = sorted(p["scenarios"])
         report = summarize(values, scenarios)
+        dead = [{k: v[k] for k in ("scenario", "path", "reason", "key")}
+                for v in values if v["kind"] == "dead_letter"]
+        shards = [v for v in values if v["kind"] == "shard"]
+        filters = {v["scenario"]: v["filter"] for v in values if v["kind"] == "pool"}
+        files = [{"path": _relative(s["path"], output), "rows": s["rows"], "bytes": s["bytes"],
+                  "sha256": s["sha256"], "config": s["config"], "split": s["split"]}
+                 for s in shards]
+        # the sources let a later build tell whether it makes the same pool (filters/coverage.py)
+        sources = {n: p["sources"][n] for n in scenarios if n in p.get("sources", {})}
+        train = None
+        if p.get("train_sources"):
+            from proactivebench_builder.pipeline.train import summarize_train
 
-        dead = sorted((v for v in values if v["kind"] == "dead_letter"),
-                      key=lambda v: (v["scenario"], v["path"], v["reason"], v["key"]))
-        dead_text = "".join(json.dumps({k: v[k] for k in ("scenario", "path", "reason", "key")},
-                                       ensure_ascii=False) + "\n" for v in dead)
+            train = summarize_train(values)
+        stamp = p.get("stamp", {})
+        if p.get("update"):  # some scenarios rebuilt into a folder that keeps the others
+            from proactivebench_builder.pipeline.partial_rebuild import merge_reports
+
+            merged = merge_reports(output, p["update"], report, filters, files, dead, sources)
+            report, filters, files = merged["report"], merged["filters"], merged["files"]
+            dead, sources, stamp = merged["dead"], merged["sources"], p["update"]["stamp"]
+            train = merged["train"] or train
+
+        dead = sorted(dead, key=lambda v: (v["scenario"], v["path"], v["reason"], v["key"]))
+        dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "dead_letters.jsonl"),
                                   dead_text.encode("utf-8"))
 
@@ -90,25 +110,21 @@ class WriteReports(beam.DoFn):
         for config, by_id in sorted(lines.items()):
             upstream_export.write_jsonl(output, config, by_id)
 
-        shards = [v for v in values if v["kind"] == "shard"]
         self._remove_stale_shards(output, shards)
-        filters = {v["scenario"]: v["filter"] for v in values if v["kind"] == "pool"}
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "filter.json"),
                                   _json({"settings": p["selection"], "scenarios": filters}))
-        files = sorted(({"path": _relative(s["path"], output), "rows": s["rows"],
-                         "bytes": s["bytes"], "sha256": s["sha256"], "config": s["config"],
-                         "split": s["split"]} for s in shards), key=lambda f: f["path"])
-        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files}
+        files = sorted(files, key=lambda f: f["path"])
+        build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
+                 "upstream_export": bool(p.get("export_upstream", True))}
         extra_configs = []
-        if p.get("train_sources"):
-            from proactivebench_builder.pipeline.train import summarize_train
-
-            build["train"] = summarize_train(values)
-            if build["train"].get("rows"):
+        if train is not None:
+            build["train"] = train
+            if train.get("rows"):
                 extra_configs.append({"config_name": "default", "data_files": [
                     {"split": "train", "path": "data/train-*.parquet"}]})
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "build.json"), _json(build))
-        card = dataset_card.render(report, filters, p, extra_configs, build.get("train"), files)
+        card = dataset_card.render(report, filters, dict(p, stamp=stamp), extra_configs, train,
+                                   files)
         fileio.write_bytes_atomic(fileio.join(output, "README.md"), card.encode("utf-8"))
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         yield build

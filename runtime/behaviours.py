@@ -240,7 +240,7 @@ def _remove_first_each(options: list[str], texts: set[str]) -> list[str]:
 
 
 def coco_crop_box(record: dict, h_step: float, v_step: float) -> tuple:
-    """The PIL crop box (left, upper, right, lower) of a COCO view (sources_image.md §3.7).
+    """The PIL crop box (left, upper, right, lower) of a COCO view (docs/sources.md, COCO views).
 
     For moves, `crop.width`/`crop.height` act as right/bottom coordinates and one side extends
     by the current step; for "zoom" they are sizes (top/left are added back) and every side

@@ -50,9 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--random_suggestions", action="store_true")
     ev.add_argument("--history", action="store_true", help="conversation-history ablation")
     ev.add_argument("--first_round_only", action="store_true",
-                    help="one turn per sample; write predictions in the leakage-filter schema")
-    ev.add_argument("--split", choices=("test", "unfiltered"), default="test",
-                    help="test | unfiltered (Parquet folders; default: %(default)s)")
+                    help="one turn per sample; write predictions in the leakage-filter schema "
+                         "(plays the unfiltered pool, the samples the filter judges)")
+    ev.add_argument("--split", choices=("test", "unfiltered"), default=None,
+                    help="test | unfiltered (Parquet folders; default: test, or unfiltered with "
+                         "--first_round_only)")
     ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
     ev.add_argument("--oeg_samples", type=non_negative_int, default=open_ended.OEG_SAMPLES,
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
@@ -89,6 +91,14 @@ def selected_configs(args) -> list[str]:
         return present
     wanted = [envs.resolve_config(s) for s in args.scenarios.split(",") if s.strip()]
     return [c for c in wanted if c in present] if os.path.isdir(args.data) else wanted
+
+
+def played_split(args) -> str:
+    """First-round predictions feed the leakage filter, which judges the whole pool (the test
+    split of a filtered build is only what one filter kept), so they play `unfiltered`."""
+    if args.split:
+        return args.split
+    return "unfiltered" if args.first_round_only else "test"
 
 
 def run_signature(args, model_name: str) -> dict:
@@ -148,7 +158,7 @@ def evaluate(args) -> dict:
     done = {(r["config"], r["key"]) for r in previous if _matches(r, signature)}
     todo = []
     for config in selected_configs(args):
-        rows = list(loading.iter_rows(args.data, config, args.split))
+        rows = list(loading.iter_rows(args.data, config, played_split(args)))
         if args.mode == "oeg" and args.oeg_samples:
             rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
                                          args.oeg_samples)

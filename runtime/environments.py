@@ -3,7 +3,7 @@ the declaration in its module (`environment = Play(...)`, see `transforms.enviro
 by a behaviour of `runtime.behaviours`. Any registered scenario is playable.
 
 Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`, described in
-`reference/benchmark_construction.md` §1.2, §1.4, §2 and `sources_image.md` §1.8, §3.7): the same
+`docs/environments.md` and, for COCO's views, `docs/sources.md`): the same
 answer on the same record moves the environment the same way and scores the same.
 
 One turn (`Environment.step`), as upstream's `evaluate_generated_answer`:

@@ -93,8 +93,8 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:
-    """The relative image path upstream opens for a slot value (benchmark_construction.md §6);
-    for a config upstream does not have, the path its scenario's `frame_path` names."""
+    """The relative image path upstream opens for a slot value (upstream's slot rules); for a
+    config upstream does not have, the path its scenario's `frame_path` names."""
     template = record["image_template"]
     if config not in CONFIGS:
         from proactivebench_builder.transforms import scenario_for_config

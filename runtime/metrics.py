@@ -1,4 +1,4 @@
-"""Metrics as the paper reports them (reference/benchmark_construction.md §1.2, §1.3, §5).
+"""Metrics as the paper reports them (docs/environments.md, 'Metrics').
 
 MCQA: acc = % of episodes ending in the correct category; psr = mean of (num_turns - 1), the
 proactive suggestions per sample. OEG: cc / ps / agg = % of samples whose judged answer holds the

@@ -1,6 +1,6 @@
 """Open-ended (OEG) mode: single turn, no options; a judge model decides, for each of the
-sample's valid answers, whether the output expresses it (reference/benchmark_construction.md
-§1.3; upstream `open_ended_gen.py`).
+sample's valid answers, whether the output expresses it (docs/environments.md;
+upstream `open_ended_gen.py`).
 
 The judge prompts are upstream's verbatim (MIT, proactivebench 0.1.1): changing a word would make
 judged numbers incomparable. The valid answers come from `Environment.open_ended_answers()`;

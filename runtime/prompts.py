@@ -5,7 +5,7 @@ Upstream is `proactivebench` 0.1.1 (github.com/tdemin16/proactivebench at c74342
 OEG hint) and the ones each scenario declares (pre-prompt, hint, ROD's reference question) are
 data the model sees, so they are kept verbatim: any
 change would make numbers incomparable with the paper's. The parsing functions re-implement the
-behaviour described in `reference/benchmark_construction.md` §1.2, including its quirks:
+behaviour described in `docs/environments.md`, including its quirks:
 
 - full-text normalisation removes everything up to the *last* "<capital letter>." in the answer
   (a greedy `^.*[A-Z]\\.\\s*`), then lower-cases, strips and deletes every space;
@@ -39,7 +39,7 @@ def short_name(config: str) -> str:
     return (cls.environment.short_name if cls else "") or config
 
 
-# Appended to the question in open-ended mode with hints (tests/oeg.py).
+# Appended to the question in open-ended mode with hints (upstream's tests/oeg.py).
 OEG_HINT = "If you cannot answer this question, please tell me what I should do to help you."
 
 SHORT_ANSWER_LINE = "Please only return one of the options without any other words."

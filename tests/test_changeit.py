@@ -20,7 +20,8 @@ from proactivebench_builder.transforms.changeit import (
     parse_labels_csv, parse_video_list, plan_sequence, video_id_of)
 from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
 
-REAL = "/work/shared/reference/real_samples/changeit"
+# unmodified files of github.com/soCzech/ChangeIt at f93cd98 (MIT, see its LICENCE)
+REAL = os.path.join(os.path.dirname(__file__), "data", "changeit_repo")
 CONFIG = "ChangeIt"
 NULL_EXTRAS = ("strong_occlusions", "valid_images", "quality_answer", "direction", "granularity",
                "horizontal_step", "vertical_step", "crop")

@@ -29,7 +29,7 @@ PARAMS = MANIFEST["parameters"]
 EXPECTED_ACTION = {"left": "LEFT", "right": "RIGHT", "up": "UP", "down": "DOWN", "zoom": "ZOOM"}
 
 
-# ---- an independent simulation of upstream COCO2014Environment (sources_image.md §3.7) -------
+# ---- an independent simulation of upstream COCO2014Environment (docs/sources.md, 'COCO views') -------
 
 def upstream_box(record: dict, h: float, v: float) -> tuple:
     """The PIL box upstream passes to Image.crop for the current steps h, v."""

@@ -92,7 +92,7 @@ def test_partial_models_are_refused_unless_allowed(tmp_path, miniature_root, bui
     skip = {("m4", 0), ("m4", 1), ("m3", 1)}
     rows = _predictions(pool, "QuickDraw", lambda i: 1 if i < 2 else 0, skip=skip)
     preds = _write_jsonl(tmp_path / "p.jsonl", rows)
-    with pytest.raises(Exception, match="models cover only part of the pool: m3 .*m4"):
+    with pytest.raises(SystemExit, match=r"lack predictions \(m3 lacks 1, m4 lacks 2\)"):
         run(str(tmp_path / "refused"), miniature_root, "quickdraw", f"--predictions={preds}")
     out = str(tmp_path / "out")
     run(out, miniature_root, "quickdraw", f"--predictions={preds}",
@@ -122,7 +122,7 @@ def test_bad_predictions_files_stop_before_any_work(tmp_path, miniature_root, co
 def test_predictions_naming_unknown_samples_fail(tmp_path, miniature_root, built_miniature):
     pool = _pool(built_miniature, "QuickDraw")
     rows = _predictions(pool, "QuickDraw", lambda i: 0)
-    rows.append(dict(rows[0], key="QuickDraw/cat/123"))
+    rows += [dict(r, key="QuickDraw/cat/123") for r in rows if r["key"] == pool[0]["key"]]
     preds = _write_jsonl(tmp_path / "p.jsonl", rows)
     with pytest.raises(Exception, match="not in the pool"):
         run(str(tmp_path / "out"), miniature_root, "quickdraw", f"--predictions={preds}")

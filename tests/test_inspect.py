@@ -1,6 +1,6 @@
 """`run_pipeline.py inspect` and the build plots: images exist, decode and have the expected
 size; every link in index.html resolves to a file; sampling is deterministic; COCO views follow
-sources_image.md §3.7."""
+docs/sources.md, 'COCO views'."""
 from __future__ import annotations
 
 import glob
@@ -121,7 +121,7 @@ COCO_CROP = {"left": 200.0, "top": 100.0, "width": 260.0, "height": 150.0}
 @pytest.mark.parametrize("box", [coco_box, lambda row, k: crop_box(
     row, row["horizontal_step"] * k, row["vertical_step"] * k)])
 def test_coco_views_follow_the_environment(box):
-    # sources_image.md §3.7, checked against the upstream environment: a `left` move with
+    # docs/sources.md ('COCO views'), checked against the upstream environment: a `left` move with
     # granularity 3 and h0 10 goes 190 -> 170; zoom (true sizes) goes (190,92,470,258) ->
     # (160,68,500,282) after granularity + 1 = 4 steps.
     left = {"crop": COCO_CROP, "direction": "left", "granularity": 3,

@@ -167,7 +167,7 @@ def test_load_dataset_decodes_every_frame(built, tmp_path):
 
 def upstream_reads(row: dict) -> list[tuple[int, int]]:
     """(image id, informative flag) of every image the upstream MVP-N environment opens for a
-    record (reference §2.3): turn 0 shows first_image, turn t>=1 shows valid_images[t]; the flag
+    record (docs/records.md): turn 0 shows first_image, turn t>=1 shows valid_images[t]; the flag
     is 1 only when t + 1 == num_images; reference mode opens reference_image with flag 1."""
     reads = []
     for turn in range(row["num_images"]):

@@ -47,8 +47,10 @@ def loaded_files():
     return {name: getattr(module, "__file__", None) for name, module in sorted(sys.modules.items())
             if name.startswith("proactivebench_builder.")}
 
-on_path = [p for p in sys.path if p and os.path.isdir(p) and
-           (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
+# a virtual environment made inside the clone (.venv) lends its site-packages to this run: that
+# exposes installed dependencies, not the source tree (where modules load from is checked below)
+on_path = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) != "site-packages"
+           and (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
 from proactivebench_builder.pipeline.commands import build as cli
 status = cli.main(argv)
 json.dump({"status": status, "prefix": sys.prefix, "source_tree_on_path": on_path,
@@ -101,7 +103,8 @@ def venv_python(sdist, tmp_path_factory) -> str:
     with open(os.path.join(own_site, "dependencies-of-the-test-run.pth"), "w") as pth:
         pth.write("\n".join(site.getsitepackages()) + "\n")
     # The running environment's pip installs into the new one (--target would skip its metadata);
-    # --ignore-installed, or pip would first uninstall the running environment's own copy.
+    # --ignore-installed, or pip would first uninstall the running environment's own copy (the
+    # user's `pip install -e .`), leaving it without the package after the test run.
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                     "--ignore-installed", "--prefix", str(venv), "--no-warn-script-location",
                     wheel[0]], check=True, capture_output=True)

@@ -18,7 +18,7 @@ Frames and navigation (upstream `ChangeItEnvironment`: `{image}` unpadded, REWIN
 option hidden when `image_id + step_size >= num_images`, the episode ends after `max_steps`
 model calls):
 - image id k is the 1 fps frame of second k (annotation row k), so `num_images` = the number of
-  annotated seconds and the image file is `ChangeIt/<category>/<id>/<k>.jpg`. [I, ref §4.4]
+  annotated seconds and the image file is `ChangeIt/<category>/<id>/<k>.jpg`. [our reading of the release]
 - `first_image` = 0, the first video frame (paper: "the first video frame ... is shown first").
 - `step_size` = ceil(num_images / target_frames) (target 20: the paper's "~20 images per sample"),
   shrunk one at a time until some informative second is a multiple of it (so the oracle can land

@@ -8,8 +8,8 @@ annotated object. It has ONE frame, the full image passed through unchanged (`fr
 `first_image = reference_image = 0`): every view the model sees is a crop of it that the upstream
 environment computes at play time from `crop`, `direction`, `horizontal_step` and `vertical_step`.
 
-The crop convention is exactly the one `COCO2014Environment` reads (reference/sources_image.md
-§3.7). With h, v the current steps (h0, v0 at turn 0; (k+1)·h0 after k moves on that axis) the
+The crop convention is exactly the one `COCO2014Environment` reads (upstream `proactivebench`
+0.1.1 `environment.py`). With h, v the current steps (h0, v0 at turn 0; (k+1)·h0 after k moves on that axis) the
 view is PIL box (left', top', right, bottom):
   * moves (left/right/up/down and the diagonals "up_left", "up_right", "down_left",
     "down_right"): `crop.width` / `crop.height` are the RIGHT / BOTTOM edge coordinates; a move
@@ -24,7 +24,7 @@ diagonal, g+1 for zoom. `max_steps` stays null (upstream's COCO environment deri
 `granularity` and reads no such field); the step of an axis that does not move is 0.
 Every single-object image becomes a sample (no subsampling), so the pool size follows the source.
 
-How a crop is made (the generation code is unreleased; all of this is [I], see §3.6):
+How a crop is made (the generation code is unreleased; all of this is our choice):
   * every coordinate and step is an integer (zoom's option is removed on an exact float
     equality, which integer steps always reach), every view lies inside the image (no black
     padding) and is at least `min_view_fraction` of the image side on each axis, a step is at
@@ -116,7 +116,7 @@ QUESTIONS = (
     "What is this an image of?",
 )
 
-# The exact option strings upstream removes once a direction is exhausted (environment §3.7).
+# The exact option strings upstream removes once a direction is exhausted (upstream `environment.py`).
 MOVE_OPTIONS = {
     "left": "Move the camera to the left.",
     "right": "Move the camera to the right.",

@@ -9,7 +9,7 @@ becomes one sample whose frame chain is its uninformative views, in list order, 
 single informative view (App. A.3: "a chain of uninformative views that ends in the informative
 one"). PNG bytes pass through unchanged.
 
-How the upstream environment reads a sample (reference/benchmark_construction.md §2.3) and what
+How the upstream environment reads a sample (docs/records.md) and what
 that asks of a record: at turn t it shows `image_id` = `first_image` (t = 0) or
 `valid_images[t]` (t >= 1), filling `image_template` with `{image}` = the id zero-padded to 4
 digits and `{informative}` = 1 only when t + 1 == `num_images` (and always in reference mode,

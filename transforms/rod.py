@@ -7,7 +7,7 @@ member whose file stem is `<setting>-<class>-s<frame>` (e.g. `natural_bluebl_gre
 One *sequence* (setting + class token) is one raw item and one sample: 14 photos of an occluder
 swept from the left to the right of the object.
 
-Record semantics (reference/benchmark_construction.md §2.1):
+Record semantics (as upstream's environment reads them; docs/records.md):
 - frames are the 14 photos `s0`..`s13`, `frame_ids` 0..13; `first_image` = 7 (the central, most
   occluded photo), `reference_image` = 0, reached by 7 moves either way because upstream wraps
   LEFT/RIGHT modulo `num_images` (= 14); both are manifest parameters.

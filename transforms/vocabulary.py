@@ -2,7 +2,7 @@
 
 Upstream recognises an option by lower-cased substrings: an option containing "cannot" or
 "do not" is an abstain option; otherwise the first matching keyword below names its action
-(`reference/benchmark_construction.md` §1.2). `ACTION_KEYWORDS` is upstream's table; a scenario
+(`docs/environments.md`). `ACTION_KEYWORDS` is upstream's table; a scenario
 may declare more keywords for new actions in its `environment` (`transforms.environment.Play`),
 checked when the registry loads (`check_vocabulary`): no keyword inside another, none occurring
 in another scenario's option texts or in an abstain option, and every declared option text of a

@@ -19,7 +19,7 @@ manifest's vocabulary for that type (`categories.<type>`, also the distractor po
 frame by hand). One labels row joined to its segment is one raw item and one sample, keyed
 `OcclusionDataSet-MM20/<segment>/<question_type>`.
 
-Record semantics (reference/benchmark_construction.md §2.2):
+Record semantics (as upstream's environment reads them; docs/records.md):
 - frames: every frame of the segment, `frame_ids` 0..n-1 in sorted-name order, `num_images` = n;
   `image_template` `OcclusionDataSet-MM20/<segment>/{image}.<ext>` with `{image}` zero-padded to
   4 digits (the base class default); frame bytes pass through unchanged.

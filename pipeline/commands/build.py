@@ -84,8 +84,8 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
-            f"{n}: {url}" for n, url in sorted(absent.items())) + " (see README, 'Building from "
-            "the real downloads', for the layout each scenario expects)")
+            f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
+            "layout each scenario expects and where to get it)")
     return sources
 
 
@@ -173,7 +173,40 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }
     params.update(scenarios=sorted(scenarios), selection=selection, stamp=stamp)
+    params["update"] = plan_partial_update(params)
+    if selection["mode"] == "predictions":
+        check_predictions_cover_pool(params)
     return params
+
+
+def plan_partial_update(params: dict) -> dict | None:
+    """Some scenarios into a folder holding a build of more: update them, keep the others
+    (pipeline/partial_rebuild.py), or refuse before any work naming the way out."""
+    from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
+
+    capable = {n for n, cls in load_scenarios().items() if cls.has_train_split}
+    try:
+        update = plan_update(params, capable)
+    except UpdateRefused as err:
+        raise SystemExit(str(err)) from None
+    if update:
+        LOG.info("updating %s in %s; keeping %s as built", ", ".join(params["scenarios"]),
+                 params["output"], ", ".join(update["kept"]))
+        if update["train_sources"]:  # the shared train split is rebuilt whole
+            params["train_sources"] = {**params["train_sources"], **update["train_sources"]}
+            for name, overrides in update["train_overrides"].items():
+                params["overrides"].setdefault(name, overrides)
+    return update
+
+
+def check_predictions_cover_pool(params: dict) -> None:
+    """Before any work: the predictions cover what the filter will judge (filters/coverage.py)."""
+    from proactivebench_builder.filters.coverage import check_before_work
+    from proactivebench_builder.filters.predictions import read_predictions
+
+    problem = check_before_work(read_predictions(params["selection"]["predictions"]), params)
+    if problem:
+        raise SystemExit(f"cannot filter: {problem}")
 
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -191,7 +224,7 @@ def configure_runner(options: PipelineOptions) -> str:
 
     A local run keeps Beam's default, one in-memory worker, unless `--direct_num_workers` asks
     for more: a threaded build lost part of one stage's output once in about twenty 10%-scale
-    benchmark builds (caught by the accounting check; README, "Running locally"), and one
+    benchmark builds (caught by the accounting check; docs/benchmark.md), and one
     in-memory worker has no concurrency in which to lose anything."""
     standard = options.view_as(StandardOptions)
     if standard.runner in ("DaskRunner", DASK_RUNNER):
@@ -301,10 +334,13 @@ def run_build(argv: list[str]) -> dict:
 
     run_pipeline(options, params)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
-    print(summary_table(report["scenarios"]))
+    filters = None
     if params["selection"]["mode"] != "none":
         filters = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR,
                                                            "filter.json")))
+        check_filter_errors(filters["scenarios"], params["output"])
+    print(summary_table(report["scenarios"]))
+    if filters:
         print(filter_table(filters["scenarios"]))
     write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
@@ -314,6 +350,21 @@ def run_build(argv: list[str]) -> dict:
             raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
                               f"places, e.g.: " + "; ".join(problems[:5]))
     return report
+
+
+def check_filter_errors(scenarios: dict, output: str) -> None:
+    """The pool step reports predictions or a keep-list that cannot filter its pool as a value
+    (filters/selection.py); the build then fails with those messages, naming the written pool."""
+    from proactivebench_builder.filters.coverage import coverage_message
+
+    failed = [f for _, f in sorted(scenarios.items()) if f.get("error")]
+    coverage = [f["error"] for f in failed if f.get("error_kind") == "coverage"]
+    errors = [f["error"] for f in failed if f.get("error_kind") != "coverage"]
+    if coverage:
+        errors.append(coverage_message(coverage).replace("--data DIR", f"--data {output}"))
+    if errors:
+        raise BuildFailed("cannot filter: " + " ".join(errors) + " (nothing reached the test "
+                          f"split; the unfiltered pool is written in {output})")
 
 
 def check_sources(params: dict) -> None:

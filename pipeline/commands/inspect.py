@@ -10,7 +10,7 @@ the file system with no server.
 
 Choices:
 - COCO rows hold one frame (the full image); its sheet shows the views as the environment
-  will show them: the first view (the crop extended by one step, sources_image.md §3.7), the
+  will show them: the first view (the crop extended by one step, docs/sources.md, 'COCO views'), the
   last view (every moved axis at its step limit), and the full image (the reference) with both
   boxes drawn on it. Boxes come from the runtime's `coco_crop_box`.
 - Rows with many frames (VSOD, ChangeIt) show at most --max_frames thumbnails, evenly spread,
@@ -150,7 +150,7 @@ def coco_cells(row: dict) -> list[dict]:
 
 def coco_step_limit(row: dict) -> int:
     """Steps per axis at the end of an episode: granularity, or granularity + 1 for zoom
-    (sources_image.md §3.7)."""
+    (docs/sources.md, 'COCO views')."""
     g = row.get("granularity") or 1
     return g + 1 if row.get("direction") == "zoom" else g
 

@@ -4,7 +4,9 @@ Publishes a built output folder (see `pipeline/publish.py` for what is published
 to a Hugging Face Hub dataset repo with `--repo_id` (token from HF_TOKEN or `hf auth login`), or
 to any fsspec URL with `--to` (a local folder, gs://, s3://) in the same layout. `--dry_run`
 prints the plan (every file, its size and sha256, the commit message, what is already on the
-target and would be skipped, what is stale and would be deleted) and changes nothing.
+target and would be skipped, what is stale and would be deleted) and changes nothing; when the Hub
+cannot be reached (no network, HF_HUB_OFFLINE=1) it still lists every file and says in one line
+what it could not compare. A real publish that cannot reach the Hub stops with one error line.
 """
 from __future__ import annotations
 

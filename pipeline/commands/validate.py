@@ -459,8 +459,8 @@ def coco_step_problems(row: dict) -> list[str]:
 
 
 def first_view_box(row: dict) -> tuple:
-    """The PIL box of the first COCO view (turn 0 is already one step out, sources_image.md
-    §3.7), computed by the runtime environment that will show it."""
+    """The PIL box of the first COCO view (turn 0 is already one step out; docs/sources.md,
+    'COCO views'), computed by the runtime environment that will show it."""
     return crop_box(row, row["horizontal_step"], row["vertical_step"])
 
 

@@ -77,9 +77,13 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     tmp = temporary_name(path)
-    with fs.open(tmp, "wb") as handle:
-        handle.write(data)
-    fs.mv(tmp, path)
+    try:
+        with fs.open(tmp, "wb") as handle:
+            handle.write(data)
+        fs.mv(tmp, path)
+    except BaseException:
+        _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
+        raise
 
 
 def _write_local_atomic(path: str, data: bytes) -> None:
@@ -89,14 +93,25 @@ def _write_local_atomic(path: str, data: bytes) -> None:
         _MADE_DIRS.add(folder)
     tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-    except FileNotFoundError:  # the folder was removed since it was made (a rebuild)
-        _MADE_DIRS.discard(folder)
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-    os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+        except FileNotFoundError:  # the folder was removed since it was made (a rebuild)
+            _MADE_DIRS.discard(folder)
+            os.makedirs(folder, exist_ok=True)
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:  # e.g. a full disk: no temporary file is left behind
+        _remove_quietly(lambda: os.path.lexists(tmp) and os.remove(tmp))
+        raise
+
+
+def _remove_quietly(remove) -> None:
+    try:
+        remove()
+    except OSError:
+        pass
 
 
 def remove(url: str) -> None:

@@ -272,10 +272,15 @@ def external_validator():
 
 
 def validate_for_publishing(folder: str) -> None:
+    from proactivebench_builder.pipeline.integrity import folder_problems
+
+    problems = folder_problems(folder)  # status, and every shard's size and sha256
+    if problems:
+        raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
     problems = check_built_folder(folder)
     validator = external_validator()
     if validator is not None and not problems:
-        problems = list(validator(folder))
+        problems = list(validator(folder, check_status=False))  # checked just above
     if problems:
         raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
 

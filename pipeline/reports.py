@@ -26,7 +26,7 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
     shards and bytes per split, and whether inputs = samples + dead letters + exclusions."""
     per = {name: {"config": None, "raw_items": 0, "excluded": Counter(), "samples": 0,
                   "kept": 0, "dead_letters": Counter(), "shards": Counter(), "bytes": Counter(),
-                  "rows": Counter()}
+                  "rows": Counter(), "dropped": Counter()}
            for name in scenarios}
     for v in values:
         entry = per.get(v.get("scenario"))
@@ -42,12 +42,19 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
         elif kind == "pool":
             entry["config"] = v["config"]
             entry["samples"], entry["kept"] = v["samples"], v["kept"]
+        elif kind == "dropped":  # a sample whose frame changed after it was validated
+            entry["dropped"][v["split"]] += 1
+            entry["dropped"]["kept"] += bool(v["in_test"])
         elif kind == "shard":
             entry["shards"][v["split"]] += 1
             entry["bytes"][v["split"]] += v["bytes"]
             entry["rows"][v["split"]] += v["rows"]
     report = {}
     for name, e in per.items():
+        # a sample dropped while its shard was written is a dead letter, not a sample; the test
+        # split loses it too (written from the same shard, or dropped again when written apart)
+        e["samples"] -= e["dropped"][UNFILTERED]
+        e["kept"] -= e["dropped"]["kept"]
         dead = sum(e["dead_letters"].values())
         excluded = sum(e["excluded"].values())
         report[name] = {
@@ -98,7 +105,10 @@ class WriteReports(beam.DoFn):
         files = sorted(({"path": _relative(s["path"], output), "rows": s["rows"],
                          "bytes": s["bytes"], "sha256": s["sha256"], "config": s["config"],
                          "split": s["split"]} for s in shards), key=lambda f: f["path"])
-        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files}
+        # "building" until the launcher has checked the build and records "ok" or "failed"
+        # (pipeline.integrity): nothing trusts a folder whose build did not get that far
+        build = {"scenarios": report, "stamp": p.get("stamp", {}), "files": files,
+                 "status": "building"}
         extra_configs = []
         if p.get("train_sources"):
             from proactivebench_builder.pipeline.train import summarize_train

@@ -13,7 +13,7 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline import fileio, integrity
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
@@ -221,6 +221,49 @@ def run_build(argv: list[str]) -> dict:
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
+    with integrity.BuildLock(params["output"]):  # one writer per folder, released on any exit
+        if integrity.remove_leftovers(params["output"]):
+            LOG.info("removed temporary files a killed build left in %s", params["output"])
+        integrity.mark_building(params["output"])
+        try:
+            report = build_and_check(options, opts, params)
+        except BaseException as err:
+            try:
+                integrity.mark_finished(params["output"], failure_reason(err))
+            except OSError:  # e.g. the disk is full: build.json still says "building"
+                LOG.warning("could not record the failure in %s", params["output"])
+            raise
+        report.update(integrity.mark_finished(params["output"], None))
+    return report
+
+
+def failure_reason(err: BaseException) -> str:
+    """One line for build.json's `failure`: what stopped the build."""
+    if isinstance(err, BuildFailed):
+        return str(err)
+    return io_error_line(err) or f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def io_error_line(err: BaseException) -> str | None:
+    """`<strerror> (errno N): <path>` of the OS error behind `err`, which Beam may have wrapped
+    (re-raised with the worker's traceback in its text), else None."""
+    import re
+
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            where = seen.filename or ""
+            return f"{seen.strerror or os.strerror(seen.errno)} (errno {seen.errno})" + (
+                f": {where}" if where else "")
+        seen = seen.__cause__ or seen.__context__
+    match = re.search(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?", str(err))
+    if match:
+        return f"{match[2]} (errno {match[1]})" + (f": {match[3]}" if match[3] else "")
+    return None
+
+
+def build_and_check(options, opts, params) -> dict:
+    """Run the graph, then the checks that decide whether the written folder can be trusted."""
     from proactivebench_builder.pipeline.commands.validate import validate_folder
 
     run_pipeline(options, params)
@@ -232,8 +275,13 @@ def run_build(argv: list[str]) -> dict:
         print(filter_table(filters["scenarios"]))
     write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
+    problems = (integrity.shard_problems(params["output"], report)
+                + integrity.card_problems(params["output"], report))
+    if problems:  # e.g. another writer changed a shard: nothing written may be trusted
+        raise BuildFailed("shards differ from reports/build.json: " + "; ".join(problems[:5]))
     if opts.final_validation != "off":
-        problems = validate_folder(params["output"], decode_frames=opts.final_validation == "full")
+        problems = validate_folder(params["output"], decode_frames=opts.final_validation == "full",
+                                   check_status=False)
         if problems:
             raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
                               f"places, e.g.: " + "; ".join(problems[:5]))
@@ -334,6 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     except BuildFailed as err:
         print(f"BUILD FAILED: {err}", file=sys.stderr)
         return 2
+    except integrity.FolderLocked as err:
+        print(f"BUILD REFUSED: {err}", file=sys.stderr)
+        return 3
+    except Exception as err:  # an I/O error (disk full, permissions) is one line, not a traceback
+        line = io_error_line(err)
+        if line is None:
+            raise
+        print(f"BUILD FAILED: {line}", file=sys.stderr)
+        return 1
     return 0
 
 

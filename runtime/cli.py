@@ -162,6 +162,7 @@ def summarise(results: list[dict], args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    loading.check_data(args.data)  # a failed, unfinished or changed build: refused at once
     table = evaluate(args)
     print(metrics.format_table(table))
     return 0

@@ -16,7 +16,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from proactivebench_builder.pipeline import fileio, integrity
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
-from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
+from proactivebench_builder.pipeline.manifests import (
+    load_manifest, manifest_sha256, parameter_problem)
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.plots import write_build_plots
@@ -84,8 +85,26 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
         if parameter not in load_manifest(name)["parameters"]:
             raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
                              f"source_manifests/{name}.yaml)")
-        overrides.setdefault(name, {})[parameter] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        problem = parameter_problem(load_manifest(name), parameter, parsed)
+        if problem:
+            raise SystemExit(f"--set {name}.{parameter}: {problem} (see the parameter_rules of "
+                             f"source_manifests/{name}.yaml)")
+        overrides.setdefault(name, {})[parameter] = parsed
     return overrides
+
+
+def check_numeric_flags(opts: BuildOptions) -> None:
+    """Numeric build flags in their ranges, before any work."""
+    ranges = {"max_bad_fraction": (0.0, 1.0), "filter_threshold": (0.0, 1.0),
+              "min_models": (1, None)}
+    for flag, (low, high) in ranges.items():
+        value = getattr(opts, flag, None)
+        if value is None:
+            continue
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise SystemExit(f"--{flag} {value}: must be {span}")
 
 
 def selection_settings(opts: BuildOptions) -> dict:
@@ -209,6 +228,7 @@ def run_build(argv: list[str]) -> dict:
     return_freed_buffers()  # the driver (and the workers of an in-process runner)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
+    check_numeric_flags(opts)
     params = build_params(opts, argv)
     if opts.verify_sources:
         check_sources(params)

@@ -102,8 +102,10 @@ def _write_local_atomic(path: str, data: bytes) -> None:
             with open(tmp, "wb") as handle:
                 handle.write(data)
         os.replace(tmp, path)
-    except BaseException:  # e.g. a full disk: no temporary file is left behind
+    except BaseException as err:  # e.g. a full disk: no temporary file is left behind
         _remove_quietly(lambda: os.path.lexists(tmp) and os.remove(tmp))
+        if isinstance(err, OSError) and err.errno and not err.filename:
+            raise OSError(err.errno, err.strerror, path) from err
         raise
 
 

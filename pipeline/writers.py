@@ -107,7 +107,7 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
         raw, closing = None, raw
         closing.close()
         fs.mv(tmp, path)
-    except BaseException:
+    except BaseException as err:
         # Close the writer and the file before removing the file, swallowing what closing a
         # failed file raises again (a full disk fails every flush): the error that stopped the
         # write is the one raised, and no writer is left to write into a closed file later.
@@ -118,6 +118,9 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
                 fs.rm(tmp)
         except OSError:
             pass
+        if isinstance(err, OSError) and err.errno and not err.filename:
+            # name the file: a full disk's error from write() names none
+            raise OSError(err.errno, err.strerror, url) from err
         raise
     return {"rows": count, "bytes": handle.size, "sha256": digest.hexdigest()}
 

@@ -184,7 +184,8 @@ def test_links_out_of_the_sources_root_are_never_followed(name, tmp_path_factory
         os.remove(path)
         os.symlink(target, path)
     output = str(tmp_path_factory.mktemp(f"{name}_linked_out") / "out")
-    report = run(output, root, name, "--max_bad_fraction=1")
+    # every frame is a link, so no sample is left: the folder has no shard to validate
+    report = run(output, root, name, "--max_bad_fraction=1", "--final_validation=off")
     accounted(report)
     assert marker not in every_output_byte(output)
     letters = [d for d in dead_letters(output) if "link outside the sources root" in d["reason"]]
@@ -357,9 +358,12 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
             for row in rows:
                 refs = [r for r in row["frame_refs"] if r.get("kind") == "file"]
                 if refs:
-                    with open(refs[0]["url"], "r+b") as handle:
-                        handle.truncate(max(1, os.path.getsize(refs[0]["url"]) // 2))
-                    truncated.append(row["key"])
+                    url = refs[0]["url"]
+                    with open(url, "r+b") as handle:
+                        handle.truncate(max(1, os.path.getsize(url) // 2))
+                    # every sample showing that file (VSOD asks three questions of a clip)
+                    truncated.extend(r["key"] for r in rows
+                                     if any(f.get("url") == url for f in r["frame_refs"]))
                     break
         yield from original(self, (pool, values))
 
@@ -370,12 +374,12 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
         pytest.skip(f"{name}: no file frame in its pool")
     accounted(report)
     letters = [d for d in dead_letters(output) if "frame changed after validation" in d["reason"]]
-    assert [d["key"] for d in letters] == truncated
+    assert sorted(d["key"] for d in letters) == sorted(truncated)
     import pyarrow.parquet as pq
 
     keys = [k for path in glob.glob(os.path.join(output, "**", "*.parquet"), recursive=True)
             for k in pq.read_table(path, columns=["key"]).column("key").to_pylist()]
-    assert truncated[0] not in keys
+    assert not set(truncated) & set(keys)
     entry = report["scenarios"][name]
     assert entry["rows"]["unfiltered"] == entry["samples"]
     assert validate_main([output]) == 0

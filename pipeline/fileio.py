@@ -151,7 +151,11 @@ def link_or_copy_atomic(source: str, target: str) -> str:
             if err.errno not in _CANNOT_LINK:
                 raise
         else:
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                _remove_quietly(lambda: os.remove(tmp))
+                raise
             return "link"
     copy_atomic(source, target)
     return "copy"
@@ -163,5 +167,9 @@ def copy_atomic(source: str, target: str) -> None:
     _, dst = filesystem(target)
     fs.makedirs(posixpath.dirname(dst) or ".", exist_ok=True)
     tmp = temporary_name(dst)
-    fs.copy(src, tmp)
-    fs.mv(tmp, dst)
+    try:
+        fs.copy(src, tmp)
+        fs.mv(tmp, dst)
+    except BaseException:
+        _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
+        raise

@@ -114,7 +114,12 @@ class BuildLock:
         if self._fd == "marker":
             fileio.remove(self.url)
         else:
-            os.close(self._fd)  # closing the descriptor releases the flock
+            # the file stays (removing a locked file races with a build opening it) but empty,
+            # so a finished folder holds no pid or time and two builds leave the same bytes
+            try:
+                os.ftruncate(self._fd, 0)
+            finally:
+                os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = None
 
 

@@ -112,14 +112,19 @@ def build_peak_mb(output: str, sources_root: str, *extra: str) -> tuple[int, flo
     return done.returncode, int(peak[-1].split()[1]) / 1024
 
 
-def test_a_gigabyte_member_does_not_raise_peak_memory(tmp_path_factory):
+# 512 MiB keeps the suite quick (the archive is written and streamed through once); the
+# README gives the figures of the same measurement with a 3 GiB member
+BOMB_BYTES = int(os.environ.get("PB_BOMB_BYTES", 1 << 29))
+
+
+def test_a_huge_member_does_not_raise_peak_memory(tmp_path_factory):
     """Before: every member was read whole before its name was looked at (2.2 GB peak for a
     1 GiB member). Now a member is judged by its header and an oversized frame is not read."""
     clean_root = private_miniature(tmp_path_factory, "rod")
     bomb_root = str(tmp_path_factory.mktemp("rod_bomb"))
     shutil.copytree(clean_root, bomb_root, dirs_exist_ok=True)
     add_bomb(os.path.join(bomb_root, "rod", "rod_1.tar.gz"), "natural_bluebl_greenr-cup-s0.jpg",
-             1 << 30)
+             BOMB_BYTES)
     assert os.path.getsize(os.path.join(bomb_root, "rod", "rod_1.tar.gz")) < 16 << 20
 
     clean_out = str(tmp_path_factory.mktemp("rod_clean") / "out")
@@ -128,7 +133,8 @@ def test_a_gigabyte_member_does_not_raise_peak_memory(tmp_path_factory):
     bomb_out = str(tmp_path_factory.mktemp("rod_bombed") / "out")
     code, bomb_mb = build_peak_mb(bomb_out, bomb_root, "--max_bad_fraction=0.5")
     assert code == 0
-    print(f"peak RSS: clean build {clean_mb:.0f} MB, with a 1 GiB member {bomb_mb:.0f} MB")
+    print(f"peak RSS: clean build {clean_mb:.0f} MB, with a {BOMB_BYTES / 2**30:g} GiB member "
+          f"{bomb_mb:.0f} MB")
     assert bomb_mb <= clean_mb * 1.10, (clean_mb, bomb_mb)
     report = read_json(os.path.join(bomb_out, "reports", "build.json"))
     accounted(report)

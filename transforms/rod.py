@@ -299,6 +299,11 @@ class ROD(Scenario):
         for url in self.archives():
             archive = posixpath.basename(url)
             fs, path = fileio.filesystem(url)
+            outside = self.outside_root(url)
+            if outside is not None:
+                yield self.dead_letter(url, f"link outside the sources root: {archive} -> "
+                                            f"{outside}")
+                continue
             try:
                 version = archive_version(fs, path)
                 with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:

@@ -255,8 +255,8 @@ def remove_leftovers(output: str) -> int:
     """Temporary files (`.tmp-*`) a killed build left anywhere under `output`; only called while
     the lock is held, so none of them belongs to a running build. Returns how many."""
     fs, root = fileio.filesystem(output)
-    if not fs.isdir(root):
-        return 0
+    if not fs.isdir(root) or not fileio.exists(report_url(output)):
+        return 0  # not a folder a build has written (a killed one marked it "building" first)
     removed = 0
     for path in fs.find(root):
         if os.path.basename(path).startswith(".tmp-"):

@@ -486,10 +486,13 @@ def small_filesystem(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_full_disk_is_one_clear_line_and_leaves_no_temporary_file(small_filesystem, tmp_path,
-                                                                    miniature_root, capsys,
-                                                                    monkeypatch):
-    if small_filesystem is None:  # no mount here: the shard writer's writes fail as a full disk
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_a_full_disk_is_one_clear_line_and_leaves_no_temporary_file(disk, small_filesystem,
+                                                                    tmp_path, miniature_root,
+                                                                    capsys, monkeypatch):
+    if disk == "tmpfs" and small_filesystem is None:
+        pytest.skip("mounting a tmpfs is not allowed here (the injected case runs)")
+    if disk == "injected":  # the shard writer's writes fail as on a full disk
         from proactivebench_builder.pipeline import writers
 
         def no_space(self, data):
@@ -516,6 +519,7 @@ def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, min
     planted = [os.path.join(output, "upstream", "QuickDraw", ".tmp-0123456789ab-1-0-0000.png"),
                os.path.join(output, "QuickDraw", ".tmp-0123456789ab-1-1-test-00000.parquet"),
                os.path.join(output, ".tmp-0123456789ab-1-2-README.md")]
+    integrity.mark_building(output)  # what a build killed part way leaves
     for path in planted:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:

@@ -42,8 +42,9 @@ def check_data(data: str) -> None:
             raise SystemExit(f"--data {data}: " + problems[0] + (
                 f" (and {len(problems) - 1} more problems; run_pipeline.py validate "
                 f"{data} lists them)" if len(problems) > 1 else ""))
-    elif os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1:
-        raise SystemExit(f"--data {data}: not a folder, and not a Hub dataset id (OWNER/NAME)")
+    elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
+          or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
+        raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
 
 
 def is_upstream_layout(data: str) -> bool:

@@ -219,21 +219,46 @@ def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniat
 
 
 def test_two_concurrent_builds_one_is_refused_and_the_folder_stays_valid(tmp_path,
-                                                                         miniature_root):
+                                                                         miniature_root,
+                                                                         monkeypatch):
+    """A build runs in this process and, once it holds the folder, waits until a second build
+    (another process) has tried the same folder: no timing decides whether they overlap."""
+    import threading
+
     output = str(tmp_path / "out")
-    command = [sys.executable, "run_pipeline.py", f"--output={output}",
-               f"--sources_root={miniature_root}", "--scenarios=quickdraw,imagenet_c", RUNNER]
-    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    lock = os.path.join(output, integrity.LOCK_NAME)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (os.path.exists(lock) and os.path.getsize(lock)):
-        time.sleep(0.05)
-    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
-    out, err = first.communicate(timeout=600)
-    assert first.returncode == 0, err[-3000:]
+    holding, tried = threading.Event(), threading.Event()
+    original = build_command.build_and_check
+
+    def build_while_the_other_tries(*args):
+        holding.set()
+        assert tried.wait(300)
+        return original(*args)
+
+    monkeypatch.setattr(build_command, "build_and_check", build_while_the_other_tries)
+    outcome = {}
+
+    def first_build():
+        try:
+            outcome["report"] = run(output, miniature_root, "quickdraw,imagenet_c")
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = err
+            holding.set()
+
+    thread = threading.Thread(target=first_build)
+    thread.start()
+    try:
+        assert holding.wait(300)
+        second = subprocess.run(
+            [sys.executable, "run_pipeline.py", f"--output={output}",
+             f"--sources_root={miniature_root}", "--scenarios=quickdraw", RUNNER],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        tried.set()
+        thread.join(600)
+    assert "error" not in outcome, outcome.get("error")
     assert second.returncode == 3, second.stderr[-2000:]
-    assert f"pid {first.pid}" in second.stderr
+    assert f"pid {os.getpid()}" in second.stderr
+    assert outcome["report"]["status"] == "ok"
     assert validate_main([output, "--skip_frames"]) == 0
 
 

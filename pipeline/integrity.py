@@ -249,7 +249,7 @@ def _size_and_sha256(url: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-# ---- leftovers of a killed build -------------------------------------------------------------------
+# ---- leftovers of a killed build ---------------------------------------------------------------
 
 def remove_leftovers(output: str) -> int:
     """Temporary files (`.tmp-*`) a killed build left anywhere under `output`; only called while

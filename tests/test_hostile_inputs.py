@@ -553,7 +553,7 @@ def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, min
     assert not any(os.path.exists(p) for p in planted)
 
 
-# ---- 8. parameters and numeric flags ---------------------------------------------------------------
+# ---- 8. parameters and numeric flags ---------------------------------------------------------
 
 @pytest.mark.parametrize("flag, named", [
     ("--set=quickdraw.samples_per_class=-1", "quickdraw.samples_per_class"),

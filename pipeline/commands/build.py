@@ -261,7 +261,8 @@ def failure_reason(err: BaseException) -> str:
     """One line for build.json's `failure`: what stopped the build."""
     if isinstance(err, BuildFailed):
         return str(err)
-    return io_error_line(err) or f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    first_line = (str(err).splitlines() or [""])[0]
+    return io_error_line(err) or f"{type(err).__name__}: {first_line}"
 
 
 def io_error_line(err: BaseException) -> str | None:

@@ -96,18 +96,31 @@ def unit_values(scenario, unit, read):
         yield results.count(name, "raw_items", 1)
         yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
         return
-    counts = Counter()
+    counts, resolved = Counter(), Counter()
     try:
         for value in read(unit):
             if value["kind"] == "count":
                 counts[value["scenario"], value["what"]] += value["n"]
+                if value["what"].startswith("excluded:"):
+                    resolved[value["scenario"]] += value["n"]
             else:
+                resolved[value["scenario"]] += 1
                 yield results.utf8_safe(value)
     except Exception as err:  # noqa: BLE001 - errors are values here
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
+        # Items counted before the failure but not yet resolved (e.g. drawings waiting for
+        # their rank) are lost with the unit: its one dead letter stands for them and for the
+        # rest of the unit, so raw items = samples + dead letters + exclusions still holds.
+        lost = 0
+        for label in {label for label, _ in counts}:
+            unresolved = counts[label, "raw_items"] - resolved[label]
+            if unresolved > 0:
+                counts[label, "raw_items"] -= unresolved
+                lost += unresolved
         counts[name, "raw_items"] += 1
+        detail = f" ({lost} raw items read before the failure are lost with it)" if lost else ""
         yield results.utf8_safe(scenario.dead_letter(
-            unit, f"unreadable source unit: {type(err).__name__}: {err}"))
+            unit, f"unreadable source unit: {type(err).__name__}: {err}{detail}"))
     for (label, what), n in sorted(counts.items()):
         yield results.count(label, what, n)
 
@@ -153,6 +166,7 @@ class BuildSample(beam.DoFn):
             return
         name, key = value["scenario"], value["key"]
         scenario = scenario_instance(name, self.params)
+        row = None
         try:
             row = scenario.build_sample(key, value["item"])
             check_row(row)
@@ -162,6 +176,13 @@ class BuildSample(beam.DoFn):
         except ValueError as err:
             yield results.dead_letter(name, key, f"inconsistent sample: {err}", key)
             return
+        except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter
+            LOG.warning("%s: %s failed", name, key, exc_info=True)
+            yield results.dead_letter(name, key, f"unexpected error: {type(err).__name__}: "
+                                                 f"{err}", key)
+            return
+        finally:
+            scenario.seal_frame_refs(row)  # the validated bytes' digests, then forgets them
         yield results.sample(name, row)
 
 

@@ -77,9 +77,13 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     tmp = temporary_name(path)
-    with fs.open(tmp, "wb") as handle:
-        handle.write(data)
-    fs.mv(tmp, path)
+    try:
+        with fs.open(tmp, "wb") as handle:
+            handle.write(data)
+        fs.mv(tmp, path)
+    except BaseException:
+        _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
+        raise
 
 
 def _write_local_atomic(path: str, data: bytes) -> None:
@@ -89,14 +93,27 @@ def _write_local_atomic(path: str, data: bytes) -> None:
         _MADE_DIRS.add(folder)
     tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-    except FileNotFoundError:  # the folder was removed since it was made (a rebuild)
-        _MADE_DIRS.discard(folder)
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-    os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+        except FileNotFoundError:  # the folder was removed since it was made (a rebuild)
+            _MADE_DIRS.discard(folder)
+            os.makedirs(folder, exist_ok=True)
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+        os.replace(tmp, path)
+    except BaseException as err:  # e.g. a full disk: no temporary file is left behind
+        _remove_quietly(lambda: os.path.lexists(tmp) and os.remove(tmp))
+        if isinstance(err, OSError) and err.errno and not err.filename:
+            raise OSError(err.errno, err.strerror, path) from err
+        raise
+
+
+def _remove_quietly(remove) -> None:
+    try:
+        remove()
+    except OSError:
+        pass
 
 
 def remove(url: str) -> None:
@@ -134,7 +151,11 @@ def link_or_copy_atomic(source: str, target: str) -> str:
             if err.errno not in _CANNOT_LINK:
                 raise
         else:
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                _remove_quietly(lambda: os.remove(tmp))
+                raise
             return "link"
     copy_atomic(source, target)
     return "copy"
@@ -146,5 +167,9 @@ def copy_atomic(source: str, target: str) -> None:
     _, dst = filesystem(target)
     fs.makedirs(posixpath.dirname(dst) or ".", exist_ok=True)
     tmp = temporary_name(dst)
-    fs.copy(src, tmp)
-    fs.mv(tmp, dst)
+    try:
+        fs.copy(src, tmp)
+        fs.mv(tmp, dst)
+    except BaseException:
+        _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
+        raise

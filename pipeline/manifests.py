@@ -50,7 +50,53 @@ def load_manifest(name: str) -> dict:
         raise ManifestError(f"manifest {name}.yaml lacks {missing}")
     if manifest["name"] != name:
         raise ManifestError(f"manifest {name}.yaml names itself {manifest['name']!r}")
+    for parameter in manifest.get("parameter_rules") or {}:
+        if parameter not in manifest["parameters"]:
+            raise ManifestError(f"manifest {name}.yaml: a rule for the unknown parameter "
+                                f"{parameter!r}")
+    for parameter, value in manifest["parameters"].items():
+        problem = parameter_problem(manifest, parameter, value)
+        if problem:
+            raise ManifestError(f"manifest {name}.yaml: its own value of {parameter}: {problem}")
     return manifest
+
+
+TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str, "list": list, "dict": dict}
+
+
+def parameter_rule(manifest: dict, parameter: str) -> dict:
+    """The manifest's `parameter_rules` entry for `parameter`; without one, the type of the
+    manifest's own value (an int stays an int, a list a list)."""
+    rule = dict((manifest.get("parameter_rules") or {}).get(parameter) or {})
+    if "type" not in rule and "choices" not in rule:
+        default = manifest["parameters"].get(parameter)
+        kind = next((k for k, t in (("bool", bool), ("int", int), ("float", float),
+                                    ("str", str), ("list", list), ("dict", dict))
+                     if isinstance(default, t)), None)
+        if kind:
+            rule["type"] = kind
+    return rule
+
+
+def parameter_problem(manifest: dict, parameter: str, value) -> str | None:
+    """Why `value` is not a valid value of `parameter` (None when it is)."""
+    rule = parameter_rule(manifest, parameter)
+    if "choices" in rule:
+        if value not in rule["choices"]:
+            return f"{value!r} is not one of {', '.join(map(str, rule['choices']))}"
+        return None
+    kind = rule.get("type")
+    if kind is None:
+        return None
+    # bool is an int in Python, and yaml reads `1e3` as a string: neither is accepted loosely
+    wrong = isinstance(value, bool) and kind != "bool" or not isinstance(value, TYPES[kind])
+    if wrong:
+        return f"{value!r} is not {'an' if kind == 'int' else 'a'} {kind}"
+    if "min" in rule and value < rule["min"]:
+        return f"{value!r} is below its minimum {rule['min']}"
+    if "max" in rule and value > rule["max"]:
+        return f"{value!r} is above its maximum {rule['max']}"
+    return None
 
 
 def manifest_sha256(name: str) -> str:

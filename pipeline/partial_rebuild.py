@@ -51,7 +51,7 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
     except (OSError, ValueError) as err:
         raise UpdateRefused(f"{output} holds an unreadable reports/build.json ({err}): "
                             f"{WAY_OUT}") from None
-    if previous is None:
+    if previous is None or unfinished(previous):
         _refuse_foreign_shards(output, params)
         return None
     old_scenarios = {n for n, e in (previous.get("scenarios") or {}).items() if e.get("config")}
@@ -70,12 +70,22 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
     _check_kept_files(output, previous, kept, keep_train)
     old_overrides = (previous.get("stamp") or {}).get("parameter_overrides") or {}
     return {"kept": kept, "keep_train": keep_train, "stamp": merged_stamp(previous, params, kept),
+            # the build marks build.json "building" before the terminal step merges, so the
+            # report to keep comes from here (params), not from the folder
+            "previous": previous,
             "train_sources": train_again or {},
             "train_overrides": {n: old_overrides[n] for n in train_again or {}
                                 if n in old_overrides}}
 
 
 FAILED_STATUSES = {"failed", "refused", "incomplete", "running", "started", "interrupted"}
+
+
+def unfinished(report: dict) -> bool:
+    """A build.json that only says a build was under way (pipeline.integrity.mark_building)."""
+    from proactivebench_builder.pipeline.integrity import BUILDING
+
+    return report.get("status") == BUILDING and "scenarios" not in report
 
 
 def build_failed(report: dict) -> bool:
@@ -212,9 +222,10 @@ def merged_stamp(previous: dict, params: dict, kept: list[str]) -> dict:
 
 def merge_reports(output: str, update: dict, report: dict, filters: dict, files: list[dict],
                   dead_lines: list[dict], sources: dict) -> dict:
-    """The kept part of the folder's previous reports added to this build's (read from the
-    folder, so a retried terminal step merges the same). Returns the pieces to write."""
-    previous = read_json(output, "build.json") or {}
+    """The kept part of the folder's previous reports added to this build's (the build report
+    as the driver read it, the others from the folder, so a retried terminal step merges the
+    same). Returns the pieces to write."""
+    previous = update["previous"]
     old_filters = (read_json(output, "filter.json") or {}).get("scenarios") or {}
     kept, keep_train = update["kept"], update["keep_train"]
     report = {**{n: previous["scenarios"][n] for n in kept}, **report}

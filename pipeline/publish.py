@@ -296,10 +296,17 @@ def external_validator():
 
 
 def validate_for_publishing(folder: str) -> None:
+    from proactivebench_builder.pipeline import integrity
+
+    problems = integrity.status_problems(folder)  # a failed or unfinished build, at once
+    if problems:
+        raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
     problems = check_built_folder(folder)
     validator = external_validator()
     if validator is not None and not problems:
-        problems = list(validator(folder))
+        problems = list(validator(folder))  # also every shard's size and sha256 (integrity)
+    elif not problems:
+        problems = integrity.folder_problems(folder)
     if problems:
         raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
 

@@ -26,7 +26,7 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
     shards and bytes per split, and whether inputs = samples + dead letters + exclusions."""
     per = {name: {"config": None, "raw_items": 0, "excluded": Counter(), "samples": 0,
                   "kept": 0, "dead_letters": Counter(), "shards": Counter(), "bytes": Counter(),
-                  "rows": Counter()}
+                  "rows": Counter(), "dropped": Counter()}
            for name in scenarios}
     for v in values:
         entry = per.get(v.get("scenario"))
@@ -42,12 +42,19 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
         elif kind == "pool":
             entry["config"] = v["config"]
             entry["samples"], entry["kept"] = v["samples"], v["kept"]
+        elif kind == "dropped":  # a sample whose frame changed after it was validated
+            entry["dropped"][v["split"]] += 1
+            entry["dropped"]["kept"] += bool(v["in_test"])
         elif kind == "shard":
             entry["shards"][v["split"]] += 1
             entry["bytes"][v["split"]] += v["bytes"]
             entry["rows"][v["split"]] += v["rows"]
     report = {}
     for name, e in per.items():
+        # a sample dropped while its shard was written is a dead letter, not a sample; the test
+        # split loses it too (written from the same shard, or dropped again when written apart)
+        e["samples"] -= e["dropped"][UNFILTERED]
+        e["kept"] -= e["dropped"]["kept"]
         dead = sum(e["dead_letters"].values())
         excluded = sum(e["excluded"].values())
         report[name] = {
@@ -114,8 +121,10 @@ class WriteReports(beam.DoFn):
         fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "filter.json"),
                                   _json({"settings": p["selection"], "scenarios": filters}))
         files = sorted(files, key=lambda f: f["path"])
+        # "building" until the launcher has checked the build and records "ok" or "failed"
+        # (pipeline.integrity): nothing trusts a folder whose build did not get that far
         build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
-                 "upstream_export": bool(p.get("export_upstream", True))}
+                 "upstream_export": bool(p.get("export_upstream", True)), "status": "building"}
         extra_configs = []
         if train is not None:
             build["train"] = train

@@ -1,8 +1,10 @@
 """The per-scenario pool step (ids, selection, shard plan) and the shard writer."""
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import posixpath
 import tempfile
 
 import apache_beam as beam
@@ -101,12 +103,18 @@ class ReadAhead:
     def __init__(self):
         self._file = tempfile.SpooledTemporaryFile(max_size=SPILL_AFTER_BYTES)
         self._where: dict = {}
+        self._errors: dict = {}
 
     def put(self, key, data: bytes) -> None:
         self._where[key] = (self._file.seek(0, io.SEEK_END), len(data))
         self._file.write(data)
 
+    def put_error(self, key, error: "FrameChanged") -> None:
+        self._errors[key] = error
+
     def pop(self, key) -> bytes:
+        if key in self._errors:
+            raise self._errors.pop(key)
         offset, size = self._where.pop(key)
         self._file.seek(offset)
         return self._file.read(size)
@@ -126,8 +134,47 @@ def prefetch(scenario, rows: list[dict]) -> ReadAhead | None:
         return None
     ahead = ReadAhead()
     for _, r, f in sorted(order):
-        ahead.put((r, f), scenario.load_frame(rows[r]["frame_refs"][f]))
+        try:
+            ahead.put((r, f), checked_frame(scenario, rows[r]["frame_refs"][f]))
+        except FrameChanged as err:
+            ahead.put_error((r, f), err)
     return ahead
+
+
+class FrameChanged(Exception):
+    """A frame's source no longer gives the bytes validated when its sample was built."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def checked_frame(scenario, ref: dict) -> bytes:
+    """A frame's bytes, proven to be the bytes validated when its sample was built: equal to
+    the sha256 recorded then, or (a reference without one) a complete image when decoded as the
+    build validates. A source file changed, truncated, replaced by a link or removed since
+    raises FrameChanged; the writer drops the row, and it becomes a dead letter."""
+    from proactivebench_builder.pipeline.images import BadImage, check_image
+
+    where = ref.get("url", "") + (f":{ref['member']}" if ref.get("member") else "")
+    path = scenario.relative(ref["url"]) + (f":{ref['member']}" if ref.get("member") else "") \
+        if ref.get("url") else ""
+    try:
+        data = scenario.load_frame(ref)
+    except Exception as err:  # noqa: BLE001 - gone, unreadable, a link: the row's dead letter
+        raise FrameChanged(path, f"frame unreadable when written: {type(err).__name__}: "
+                                 f"{getattr(err, 'reason', err)}") from None
+    expected = ref.get("sha256")
+    if expected is not None:
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise FrameChanged(path, "frame changed after validation: its bytes differ from "
+                                     "the bytes validated when the sample was built")
+    elif ref.get("kind") == "file":
+        try:
+            check_image(data, posixpath.basename(where))
+        except BadImage as err:
+            raise FrameChanged(path, f"frame changed after validation: {err}") from None
+    return data
 
 
 class WriteShard(beam.DoFn):
@@ -154,16 +201,22 @@ class WriteShard(beam.DoFn):
         output = self.params["output"]
 
         prefetched = prefetch(scenario, rows)
+        dropped = []
 
         def materialized():
             for r, row in enumerate(rows):
                 frames = []
-                for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
-                    data = prefetched.pop((r, f)) if prefetched else scenario.load_frame(ref)
-                    path = scenario.frame_path(row, fid)
-                    frames.append({"bytes": data, "path": path})
-                    if export:
-                        upstream_export.write_image(output, path, data)
+                try:
+                    for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
+                        data = (prefetched.pop((r, f)) if prefetched
+                                else checked_frame(scenario, ref))
+                        frames.append({"bytes": data, "path": scenario.frame_path(row, fid)})
+                except FrameChanged as err:
+                    dropped.append((row, err))
+                    continue
+                if export:
+                    for frame in frames:
+                        upstream_export.write_image(output, frame["path"], frame["bytes"])
                 yield dict(row, frames=frames)
 
         url = fileio.join(split_folder(output, split, scenario.config_name),
@@ -175,6 +228,14 @@ class WriteShard(beam.DoFn):
             if prefetched:
                 prefetched.close()
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
+        for row, err in dropped:
+            LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
+            if split == UNFILTERED:  # one dead letter per sample, whichever splits drop it
+                yield results.dead_letter(name, err.path or row["key"], err.reason, row["key"])
+            yield {"kind": "dropped", "scenario": name, "split": split,
+                   "in_test": split == TEST or copy_to_test}
+        dropped_keys = {row["key"] for row, _ in dropped}
+        rows = [row for row in rows if row["key"] not in dropped_keys]
         yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
                    split=split, path=url)
         if copy_to_test:

@@ -85,29 +85,53 @@ def write_parquet(url: str, rows, schema: pa.Schema, rows_per_row_group: int) ->
     tmp = fileio.temporary_name(path)
     count = 0
     digest = hashlib.sha256()
+    raw = writer = None
     try:
-        with fs.open(tmp, "wb") as raw:
-            handle = _Hashing(raw, digest)
-            writer = pq.ParquetWriter(handle, schema, compression=compression,
-                                      use_dictionary=dictionary, write_statistics=dictionary)
-            batch, batch_bytes = [], 0
-            for row in rows:
-                batch.append({c: row.get(c) for c in schema.names})
-                batch_bytes += _image_bytes(row)
-                if len(batch) >= rows_per_row_group or batch_bytes >= MAX_ROW_GROUP_BYTES:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    count += len(batch)
-                    batch, batch_bytes = [], 0
-            if batch or count == 0:
+        raw = fs.open(tmp, "wb")
+        handle = _Hashing(raw, digest)
+        writer = pq.ParquetWriter(handle, schema, compression=compression,
+                                  use_dictionary=dictionary, write_statistics=dictionary)
+        batch, batch_bytes = [], 0
+        for row in rows:
+            batch.append({c: row.get(c) for c in schema.names})
+            batch_bytes += _image_bytes(row)
+            if len(batch) >= rows_per_row_group or batch_bytes >= MAX_ROW_GROUP_BYTES:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 count += len(batch)
-            writer.close()
+                batch, batch_bytes = [], 0
+        if batch or count == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+        writer, closing = None, writer
+        closing.close()
+        raw, closing = None, raw
+        closing.close()
         fs.mv(tmp, path)
-    except BaseException:
-        if fs.exists(tmp):
-            fs.rm(tmp)
+    except BaseException as err:
+        # Close the writer and the file before removing the file, swallowing what closing a
+        # failed file raises again (a full disk fails every flush): the error that stopped the
+        # write is the one raised, and no writer is left to write into a closed file later.
+        _close_quietly(writer)
+        _close_quietly(raw)
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError) and err.errno and not err.filename:
+            # name the file: a full disk's error from write() names none
+            raise OSError(err.errno, err.strerror, url) from err
         raise
     return {"rows": count, "bytes": handle.size, "sha256": digest.hexdigest()}
+
+
+def _close_quietly(closable) -> None:
+    if closable is None:
+        return
+    try:
+        closable.close()
+    except Exception:  # noqa: BLE001 - already failing; the first error is the one reported
+        pass
 
 
 class _Hashing:

@@ -30,6 +30,29 @@ JSONL_SUFFIX = "_preprocessed.jsonl"
 NOT_CONFIGS = {"unfiltered", "data", "reports", "upstream", "default"}  # folders of a build
 
 
+def check_data(data: str) -> None:
+    """Refuse, before any work, a `--data` that is not something to evaluate: a local folder
+    must be a successfully finished, intact build (pipeline.integrity: status "ok", every shard
+    as build.json records it) or an upstream-layout folder (whose enclosing build, when it has
+    one, must be such a build); a path that does not exist is not taken for a Hub id."""
+    from proactivebench_builder.pipeline import integrity
+
+    if os.path.isdir(data):
+        parent = os.path.dirname(os.path.abspath(data))
+        if is_upstream_layout(data):
+            if not os.path.exists(os.path.join(parent, integrity.REPORT)):
+                return  # the released test/ folder, or another upstream-layout copy
+            data = parent  # our own DIR/upstream export: its build must be trusted
+        problems = integrity.folder_problems(data)
+        if problems:
+            raise SystemExit(f"--data {data}: " + problems[0] + (
+                f" (and {len(problems) - 1} more problems; run_pipeline.py validate "
+                f"{data} lists them)" if len(problems) > 1 else ""))
+    elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
+          or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
+        raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
+
+
 def is_upstream_layout(data: str) -> bool:
     return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*" + JSONL_SUFFIX)))
 

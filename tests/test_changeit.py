@@ -135,7 +135,7 @@ def test_miniature_is_deterministic(tmp_path):
     ("0,0\n1,7\n", "unknown label 7"),
     ("0,0,1\n", "fields"),
     ("", "no rows"),
-    ("0,0\n\n1,0\n", "empty line"),
+    ("\n\n", "no rows"),
 ])
 def test_bad_annotations_are_rejected_with_a_reason(text, reason):
     with pytest.raises(BadItem, match=reason):
@@ -144,6 +144,10 @@ def test_bad_annotations_are_rejected_with_a_reason(text, reason):
 
 def test_annotation_without_final_newline_parses():
     assert parse_annotation("0,0\n1,2", {0, 1, 2, 3}) == [0, 2]
+
+
+def test_blank_lines_and_crlf_in_an_annotation_are_harmless_variants():
+    assert parse_annotation("0,0\r\n\r\n1,2\r\n\n", {0, 1, 2, 3}) == [0, 2]
 
 
 def test_step_shrinks_until_an_informative_second_is_reachable():

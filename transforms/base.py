@@ -13,6 +13,9 @@ produced by `load_frame` only in the stage that writes them.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import posixpath
 import random
 from typing import ClassVar, Iterable, Iterator
@@ -74,7 +77,7 @@ class Scenario:
     def load_frame(self, ref: dict) -> bytes:
         """The bytes of one frame. The default handles source files passed through unchanged."""
         if ref["kind"] == "file":
-            return fileio.read_bytes(ref["url"])
+            return self.read_source(ref["url"])
         raise ValueError(f"{self.name}: unknown frame kind {ref['kind']!r}")
 
     def read_order(self, ref: dict) -> tuple:
@@ -150,17 +153,58 @@ class Scenario:
         return results.count(self.name, what, n)
 
     def validate_file_frame(self, url: str) -> tuple[str, int, int]:
-        """Read and cheaply decode a source image; raise BadItem naming the file and the reason."""
+        """Read and cheaply decode a source image; raise BadItem naming the file and the reason.
+        The digest of the validated bytes is kept until `seal_frame_refs` puts it in the row's
+        frame reference, so the shard writer can prove it writes the bytes validated here."""
         try:
-            data = fileio.read_bytes(url)
+            data = self.read_source(url)
         except FileNotFoundError:
             raise BadItem("missing frame file", self.relative(url)) from None
         except OSError as err:
             raise BadItem(f"unreadable file: {err}", self.relative(url)) from None
         try:
-            return check_image(data, posixpath.basename(url))
+            checked = check_image(data, posixpath.basename(url))
         except BadImage as err:
             raise BadItem(str(err), self.relative(url)) from None
+        self._validated_digests()[url] = hashlib.sha256(data).hexdigest()
+        return checked
+
+    def _validated_digests(self) -> dict:
+        if not hasattr(self, "_digests"):
+            self._digests = {}
+        return self._digests
+
+    def seal_frame_refs(self, row: dict | None) -> None:
+        """Give each file frame reference of `row` the sha256 of the bytes validated for it
+        (when this worker validated them), then forget every recorded digest."""
+        digests = self._validated_digests()
+        for ref in (row or {}).get("frame_refs") or ():
+            if ref.get("kind") == "file" and ref.get("url") in digests:
+                ref["sha256"] = digests[ref["url"]]
+        digests.clear()
+
+    # ---- reading inside the source root ---------------------------------------------------
+
+    def read_source(self, url: str) -> bytes:
+        """The bytes of a source file; raise BadItem when a local file resolves outside the
+        source root (a symlink in the download, e.g. from an extracted archive): sources are
+        untrusted, and a link must not pull other files of this machine into the output."""
+        target = self.outside_root(url)
+        if target is not None:
+            raise BadItem(f"link outside the sources root: {self.relative(url)} -> {target}",
+                          self.relative(url))
+        return fileio.read_bytes(url)
+
+    def outside_root(self, url: str) -> str | None:
+        """Where a local `url` really is, when that is outside the (resolved) source root;
+        None when it is inside, or not a local path (object stores have no symlinks)."""
+        if not fileio.is_local(url) or not fileio.is_local(self.root):
+            return None
+        real = _real_path(url)
+        root = _real_dir(self.root)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return None
+        return real
 
     def new_row(self, key: str) -> dict:
         row = empty_row()
@@ -191,6 +235,20 @@ class Scenario:
         options = list(proactive) + [rng.choice(vocabulary.ABSTAIN_OPTIONS)]
         rng.shuffle(options)
         return options
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
+def _real_path(path: str) -> str:
+    """os.path.realpath of a file, resolving its folder once per folder (a build opens ~100k
+    files in a few thousand folders): only the file itself is checked for being a link."""
+    folder, name = os.path.split(path)
+    if os.path.islink(path):
+        return os.path.realpath(path)
+    return os.path.join(_real_dir(folder), name)
 
 
 class SourceError(RuntimeError):

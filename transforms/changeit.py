@@ -174,10 +174,8 @@ def parse_annotation(text: str, known_labels) -> list[int]:
     if not any(line.strip() for line in lines):
         raise BadItem("malformed annotation: no rows")
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            if number == len(lines):
-                continue
-            raise BadItem(f"malformed annotation: empty line {number}")
+        if not line.strip():  # a blank line (an editor's, a trailing one) holds no second
+            continue
         fields = line.split(",")
         if len(fields) != 2:
             raise BadItem(f"malformed annotation: line {number} has {len(fields)} fields: {line!r}")
@@ -197,7 +195,7 @@ def parse_annotation(text: str, known_labels) -> list[int]:
 
 def _text(data: bytes) -> str:
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a BOM (spreadsheet exports) is not part of the text
     except UnicodeDecodeError as err:
         raise BadItem(f"malformed annotation: not UTF-8 text ({err})") from None
 
@@ -348,8 +346,9 @@ class ChangeIt(Scenario):
 
     def read_unit(self, unit: str):
         category = posixpath.basename(unit)
-        actions = parse_categories_csv(fileio.read_bytes(self.path("categories.csv")).decode("utf-8"))
-        labels = parse_labels_csv(fileio.read_bytes(self.path("labels.csv")).decode("utf-8"))
+        actions = parse_categories_csv(
+            fileio.read_bytes(self.path("categories.csv")).decode("utf-8-sig"))
+        labels = parse_labels_csv(fileio.read_bytes(self.path("labels.csv")).decode("utf-8-sig"))
         listed, list_problem = self._listed_ids(category)
         problem = self._category_problem(category, actions) or list_problem
         for name in fileio.list_names(unit):
@@ -369,10 +368,11 @@ class ChangeIt(Scenario):
                 if video_id not in listed:
                     raise BadItem(f"inconsistent source: id {video_id!r} is not listed in "
                                   f"videos/{category}.csv")
-                per_second = parse_annotation(_text(fileio.read_bytes(path)), labels)
-            except BadItem as err:
+                per_second = parse_annotation(_text(self.read_source(path)), labels)
+            except (BadItem, OSError) as err:  # one annotation file, not the whole category
+                reason = getattr(err, "reason", None) or f"unreadable annotation: {err}"
                 for qt in QUESTION_TYPES:
-                    yield results.dead_letter(self.name, self.relative(path), err.reason, keys[qt])
+                    yield results.dead_letter(self.name, self.relative(path), reason, keys[qt])
                 continue
             for qt in QUESTION_TYPES:
                 yield from self._question_item(keys[qt], qt, category, video_id, path,
@@ -381,7 +381,7 @@ class ChangeIt(Scenario):
     def _listed_ids(self, category: str) -> tuple[set, str]:
         url = self.path("videos", f"{category}.csv")
         try:
-            return set(parse_video_list(fileio.read_bytes(url).decode("utf-8"))), ""
+            return set(parse_video_list(fileio.read_bytes(url).decode("utf-8-sig"))), ""
         except FileNotFoundError:
             return set(), f"inconsistent source: no id list videos/{category}.csv"
 
@@ -500,6 +500,11 @@ class ChangeIt(Scenario):
         if self._reader is None or self._reader.url != url:
             if self._reader is not None:
                 self._reader.close()
+                self._reader = None
+            outside = self.outside_root(url)
+            if outside is not None:  # a video is a source file like any other
+                raise BadItem(f"link outside the sources root: {self.relative(url)} -> "
+                              f"{outside}", self.relative(url))
             self._reader = VideoReader(url)
         return self._reader
 

@@ -878,6 +878,9 @@ class Coco(Scenario):
         except BadItem as err:
             yield self.dead_letter(location, err.reason)
             return
+        except (TypeError, ValueError, KeyError, ArithmeticError) as err:  # one odd record
+            yield self.dead_letter(location, f"malformed record: {type(err).__name__}: {err}")
+            return
         yield self.candidate(f"coco2014/{self.image_folder}/{image_id:012d}", item)
 
     def _objects(self, index: AnnotationIndex, image_id: int) -> tuple[int, dict | None]:
@@ -1058,7 +1061,7 @@ class Coco(Scenario):
         re-encoded as JPEG (the only COCO frames whose pixels change)."""
         if ref["kind"] != "view":
             return super().load_frame(ref)
-        with Image.open(io.BytesIO(fileio.read_bytes(ref["url"]))) as image:
+        with Image.open(io.BytesIO(self.read_source(ref["url"]))) as image:
             # crop, then convert: the same pixels (conversion is per pixel), on the view only
             view = image.crop(tuple(round(v) for v in ref["box"])).convert("RGB")
             out = io.BytesIO()

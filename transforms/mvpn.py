@@ -215,7 +215,7 @@ class MVPN(Scenario):
         match = LIST_NAME.match(name)
         list_class = match.group("cls") if match else None
         try:
-            elements = load_sample_list(fileio.read_bytes(unit))
+            elements = load_sample_list(self.read_source(unit))
         except BadItem as err:
             yield self.count("raw_items")
             yield self.dead_letter(unit, err.reason)
@@ -228,6 +228,9 @@ class MVPN(Scenario):
                 item = self._parse_element(element, list_class)
             except BadItem as err:
                 yield self.dead_letter(location, err.reason)
+                continue
+            except Exception as err:  # noqa: BLE001 - one odd element, not the whole list
+                yield self.dead_letter(location, f"malformed sample: {type(err).__name__}: {err}")
                 continue
             item.update(list_file=self.relative(unit), index=index, list_stem=stem)
             yield self.candidate(f"MVP-N/{self.split}/{stem}/{index:04d}", item)

@@ -55,6 +55,7 @@ Choices for the reference's [I]/[?] points:
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
 import json
 import posixpath
@@ -93,6 +94,10 @@ QUESTIONS = (
 
 MOVE_LEFT = "Move the {occluder} to the left."
 MOVE_RIGHT = "Move the {occluder} to the right."
+
+# bytes a sequence's span may hold per frame beyond the frame itself (tar headers, PAX
+# records, padding) before the writer reads its frames one by one instead of the span at once
+SPAN_SLACK_PER_FRAME = 8 << 10
 
 STEM_PATTERN = re.compile(r"^(?P<setting>[^-]+)-(?P<token>.+)-s(?P<frame>\d+)$")
 
@@ -260,9 +265,7 @@ class ROD(Scenario):
         """File one member under its sequence; non-frames and unparseable names are raw items
         of their own."""
         name = entry["name"]
-        prefix = self.params.get("member_prefix", "")
-        extensions = tuple(self.params.get("image_extensions", (".jpg", ".jpeg", ".png")))
-        if not name.startswith(prefix) or not name.lower().endswith(extensions):
+        if not self._is_frame_name(name):
             yield self.count("raw_items")
             yield self.count("excluded:not_a_frame")
             return
@@ -287,40 +290,88 @@ class ROD(Scenario):
             return str(err)
         return None
 
+    def _is_frame_name(self, name: str) -> bool:
+        prefix = self.params.get("member_prefix", "")
+        extensions = tuple(self.params.get("image_extensions", (".jpg", ".jpeg", ".png")))
+        return name.startswith(prefix) and name.lower().endswith(extensions)
+
+    def _too_large(self, size: int) -> str | None:
+        limit = int(self.params.get("max_member_bytes", 1 << 26))
+        if size > limit:
+            return (f"oversized member: {size:,} bytes, over the manifest's max_member_bytes "
+                    f"({limit:,}); not read")
+        return None
+
     def _archive_entries(self):
-        """Stream each archive once, in name order; yield one entry per file member."""
+        """Stream each archive once, in name order; yield one entry per member. A member is
+        judged by its header (type, name, declared size) before any of its bytes are read, so
+        memory is bounded by `max_member_bytes` whatever an archive holds: a link or special
+        member is a counted dead letter, a member outside the layout is excluded unread, and an
+        oversized frame is recorded as a bad frame without being read."""
         for url in self.archives():
             archive = posixpath.basename(url)
             fs, path = fileio.filesystem(url)
+            outside = self.outside_root(url)
+            if outside is not None:
+                yield self.dead_letter(url, f"link outside the sources root: {archive} -> "
+                                            f"{outside}")
+                continue
             try:
                 version = archive_version(fs, path)
                 with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                     for member in tar:
-                        if not member.isfile():
-                            continue
-                        data = tar.extractfile(member).read()
-                        yield {"kind": "member", "name": member.name,
-                               "path": f"{url}:{member.name}",
-                               "error": self._validate(data, member.name),
-                               "ref": {"kind": "tar_member", "url": url, "member": member.name,
-                                       "version": version, "offset": member.offset_data,
-                                       "size": member.size}}
+                        yield from self._member_entry(tar, member, url, version)
             except (tarfile.TarError, EOFError, OSError, ValueError) as err:
                 yield self.dead_letter(url, f"unreadable archive: {archive} cut short "
                                             f"({type(err).__name__}: {err})")
 
+    def _member_entry(self, tar, member, url: str, version: str):
+        name, where = member.name, f"{url}:{member.name}"
+        if member.isdir():
+            return
+        if member.issym() or member.islnk():
+            yield self.dead_letter(where, f"link member: {name} -> {member.linkname} (links in "
+                                          "an archive are not followed)")
+            return
+        if not member.isfile():
+            yield self.dead_letter(where, f"not a regular file: {name} (tar type "
+                                          f"{member.type!r})")
+            return
+        ref = {"kind": "tar_member", "url": url, "member": name, "version": version,
+               "offset": member.offset_data, "size": member.size}
+        error = None
+        if self._is_frame_name(name):
+            error = self._too_large(member.size)
+            if error is None:  # at most max_member_bytes, as declared (tarfile stops there)
+                data = tar.extractfile(member).read()
+                error = self._validate(data, name)
+                ref["sha256"] = hashlib.sha256(data).hexdigest()  # what the writer must get
+        yield {"kind": "member", "name": name, "path": where, "error": error, "ref": ref}
+
     def _folder_entries(self, folder: str):
+        """The extracted archives' files, judged as members are: a link that resolves outside
+        the source root is a dead letter naming it, a file outside the layout is excluded
+        unread, an oversized frame is a bad frame not read."""
         fs, base = fileio.filesystem(folder)
         for path in sorted(fs.find(base)):
             name = posixpath.relpath(path, base)
             url = fileio.join(folder, name)
-            try:
-                data = fileio.read_bytes(url)
-                error = self._validate(data, name)
-            except OSError as err:
-                error = f"unreadable file: {err}"
-            yield {"kind": "member", "name": name, "path": url, "error": error,
-                   "ref": {"kind": "file", "url": url}}
+            outside = self.outside_root(url)
+            if outside is not None:
+                yield self.dead_letter(url, f"link outside the sources root: "
+                                            f"{self.relative(url)} -> {outside}")
+                continue
+            error, ref = None, {"kind": "file", "url": url}
+            if self._is_frame_name(name):
+                try:
+                    error = self._too_large(fs.size(path))
+                    if error is None:
+                        data = fileio.read_bytes(url)
+                        error = self._validate(data, name)
+                        ref["sha256"] = hashlib.sha256(data).hexdigest()
+                except OSError as err:
+                    error = f"unreadable file: {err}"
+            yield {"kind": "member", "name": name, "path": url, "error": error, "ref": ref}
 
     # ---- building ---------------------------------------------------------------------------
 
@@ -398,16 +449,21 @@ class ROD(Scenario):
         """Tar references carry the span of their whole sequence inside their archive, so the
         writer decompresses a sequence once."""
         spans: dict[str, list[int]] = {}
+        held: dict[str, int] = {}
         for f in frames:
             ref = f["ref"]
             if ref["kind"] == "tar_member":
                 lo, hi = spans.get(ref["url"], [ref["offset"], ref["offset"] + ref["size"]])
                 spans[ref["url"]] = [min(lo, ref["offset"]), max(hi, ref["offset"] + ref["size"])]
+                held[ref["url"]] = held.get(ref["url"], 0) + ref["size"] + SPAN_SLACK_PER_FRAME
         refs = []
         for f in frames:
             ref = dict(f["ref"])
-            if ref["kind"] == "tar_member":
-                ref["span"] = spans[ref["url"]]
+            lo_hi = spans.get(ref["url"])
+            # a span holding much more than its frames (other members between them, e.g. a
+            # huge one) is not read at once: memory stays bounded by the frames themselves
+            if ref["kind"] == "tar_member" and lo_hi[1] - lo_hi[0] <= held[ref["url"]]:
+                ref["span"] = lo_hi
             refs.append(ref)
         return refs
 

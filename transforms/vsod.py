@@ -379,7 +379,7 @@ class VSOD(Scenario):
             formats.add(fmt)
             xml_url = fileio.join(ann_dir, xml)
             try:
-                size, boxes = parse_annotation(fileio.read_bytes(xml_url))
+                size, boxes = parse_annotation(self.read_source(xml_url))
                 if size is not None and size != (width, height):
                     raise BadItem(f"inconsistent size: XML says {size[0]}x{size[1]}, frame "
                                   f"{frame} is {width}x{height}")

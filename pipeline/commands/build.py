@@ -15,12 +15,13 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline import fileio, integrity
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.arguments import (
     CommandParser, UsageError, at_interrupt, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
-from proactivebench_builder.pipeline.manifests import load_manifest, manifest_sha256
+from proactivebench_builder.pipeline.manifests import (
+    load_manifest, manifest_sha256, parameter_problem)
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.plots import write_build_plots
@@ -103,7 +104,12 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
         if parameter not in load_manifest(name)["parameters"]:
             raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
                              f"source_manifests/{name}.yaml)")
-        overrides.setdefault(name, {})[parameter] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        problem = parameter_problem(load_manifest(name), parameter, parsed)
+        if problem:
+            raise SystemExit(f"--set {name}.{parameter}: {problem} (see the parameter_rules of "
+                             f"source_manifests/{name}.yaml)")
+        overrides.setdefault(name, {})[parameter] = parsed
     return overrides
 
 
@@ -317,7 +323,7 @@ def run_build(argv: list[str]) -> dict:
     argv = parse_build_flags(argv)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
-    check_output_folder(opts.output)
+    check_output_folder(opts.output)  # numeric flags are range-checked by their argparse types
     params = build_params(opts, argv)
     if opts.verify_sources:
         check_sources(params)
@@ -330,6 +336,50 @@ def run_build(argv: list[str]) -> dict:
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
+    with integrity.BuildLock(params["output"]):  # one writer per folder, released on any exit
+        if integrity.remove_leftovers(params["output"]):
+            LOG.info("removed temporary files a killed build left in %s", params["output"])
+        integrity.mark_building(params["output"])
+        try:
+            report = build_and_check(options, opts, params)
+        except BaseException as err:
+            try:
+                integrity.mark_finished(params["output"], failure_reason(err))
+            except OSError:  # e.g. the disk is full: build.json still says "building"
+                LOG.warning("could not record the failure in %s", params["output"])
+            raise
+        report.update(integrity.mark_finished(params["output"], None))
+    return report
+
+
+def failure_reason(err: BaseException) -> str:
+    """One line for build.json's `failure`: what stopped the build."""
+    if isinstance(err, BuildFailed):
+        return str(err)
+    first_line = (str(err).splitlines() or [""])[0]
+    return io_error_line(err) or f"{type(err).__name__}: {first_line}"
+
+
+def io_error_line(err: BaseException) -> str | None:
+    """`<strerror> (errno N): <path>` of the OS error behind `err`, which Beam may have wrapped
+    (re-raised with the worker's traceback in its text), else None."""
+    import re
+
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            where = seen.filename or ""
+            return f"{seen.strerror or os.strerror(seen.errno)} (errno {seen.errno})" + (
+                f": {where}" if where else "")
+        seen = seen.__cause__ or seen.__context__
+    match = re.search(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?", str(err))
+    if match:
+        return f"{match[2]} (errno {match[1]})" + (f": {match[3]}" if match[3] else "")
+    return None
+
+
+def build_and_check(options, opts, params) -> dict:
+    """Run the graph, then the checks that decide whether the written folder can be trusted."""
     from proactivebench_builder.pipeline.commands.validate import validate_folder
 
     run_pipeline(options, params)
@@ -344,8 +394,13 @@ def run_build(argv: list[str]) -> dict:
         print(filter_table(filters["scenarios"]))
     write_build_plots(params["output"])
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
+    problems = (integrity.shard_problems(params["output"], report)
+                + integrity.card_problems(params["output"], report))
+    if problems:  # e.g. another writer changed a shard: nothing written may be trusted
+        raise BuildFailed("shards differ from reports/build.json: " + "; ".join(problems[:5]))
     if opts.final_validation != "off":
-        problems = validate_folder(params["output"], decode_frames=opts.final_validation == "full")
+        problems = validate_folder(params["output"], decode_frames=opts.final_validation == "full",
+                                   check_status=False)
         if problems:
             raise BuildFailed(f"the written folder breaks the record contract in {len(problems)} "
                               f"places, e.g.: " + "; ".join(problems[:5]))
@@ -550,6 +605,15 @@ def dispatch(argv: list[str]) -> int:
     except BuildFailed as err:
         print(f"BUILD FAILED: {err}", file=sys.stderr)
         return 2
+    except integrity.FolderLocked as err:
+        print(f"BUILD REFUSED: {err}", file=sys.stderr)
+        return 3
+    except Exception as err:  # an I/O error (disk full, permissions) is one line, not a traceback
+        line = io_error_line(err)
+        if line is None:
+            raise
+        print(f"BUILD FAILED: {line}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -528,15 +528,25 @@ def row_problems(row: dict, config: str) -> list[str]:
 class FolderValidator:
     """Walks a built folder once; `problems` lists everything found, `rows` counts rows read."""
 
-    def __init__(self, root: str, decode_frames: bool = True):
+    def __init__(self, root: str, decode_frames: bool = True, check_status: bool = True):
         self.root = root.rstrip("/")
         self.decode_frames = decode_frames
+        self.check_status = check_status  # the build's own final check runs before its status
         self.problems: list[str] = []
         self.rows: dict[tuple[str, str], int] = defaultdict(int)
         self.ids_by_key: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         self.ids: dict[tuple[str, str], set[int]] = defaultdict(set)
 
     def run(self) -> list[str]:
+        if self.check_status:  # a failed or unfinished build is refused as a whole
+            from proactivebench_builder.pipeline import integrity
+
+            self.problems += integrity.status_problems(self.root)
+            if self.problems:
+                return self.problems
+            report = integrity.read_report(self.root)
+            self.problems += (integrity.shard_problems(self.root, report)
+                              + integrity.card_problems(self.root, report))
         report, problems = check_build_report(self.root)
         self.problems += problems
         folders = shard_folders(self.root)
@@ -645,9 +655,10 @@ class FolderValidator:
                                          f"pool's row has id {pool[key]}")
 
 
-def validate_folder(path: str, decode_frames: bool = True) -> list[str]:
-    """Human-readable problems of a built folder against the record contract ([] when none)."""
-    return FolderValidator(path, decode_frames).run()
+def validate_folder(path: str, decode_frames: bool = True, check_status: bool = True) -> list[str]:
+    """Human-readable problems of a built folder against the record contract ([] when none);
+    with `check_status`, first its build status and every shard's checksum (integrity)."""
+    return FolderValidator(path, decode_frames, check_status).run()
 
 
 PROG = "run_pipeline.py validate"

@@ -193,6 +193,8 @@ def render(state: State, now: float) -> list[str]:
     for name in state.scenarios():
         units = f"{state.of(READ, name)}/{state.of(LISTED, name)}"
         line = f"  {name:<11} units {units:>11}  samples {state.of(BUILT, name, False):>6}"
+        if not state.of(LISTED, name):  # the train split's shards, over every scenario
+            line = f"  {name:<11}" + " " * (len(line) - 13)
         train = state.of(BUILT, name, True)
         line += f"  train {train:>6}" if train else " " * 14
         planned = state.of(PLANNED, name)

@@ -79,7 +79,9 @@ def test_the_headline_follows_the_phases():
     state.add({"written\tvsod": 3}, now=60.0)
     lines = render(state, now=60.0)
     assert lines[0] == "writing shards 3/6 (50%), ~00:30 left, elapsed 01:00"
-    assert lines[-1].endswith("shards 3/4")
+    assert lines[1:] == [
+        "  train" + " " * 56 + "shards 0/2",  # the train split's shards, over every scenario
+        "  vsod        units         2/2  samples      9                shards 3/4"]
     state.add({"written\tvsod": 1, "written\ttrain": 2}, now=70.0)
     assert render(state, now=3725.0)[0] == "writing shards 6/6 (100%), ~00:00 left, elapsed 1:02:05"
 

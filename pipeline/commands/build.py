@@ -227,6 +227,20 @@ def no_timed_flushes() -> None:
     worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
 
 
+def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: bool) -> None:
+    """Worker processes (multi_processing) log straight to stderr: keep Beam's own INFO chatter
+    out of a build's log (channels established, harness started), and while the progress
+    display is drawn, our INFO lines too (the display says what they say, and a line written
+    by another process under it would break it). Flags the user gives are kept."""
+    from apache_beam.options.pipeline_options import WorkerOptions
+
+    harness = options.view_as(WorkerOptions)
+    if not flag_given(argv, "sdk_harness_log_level_overrides"):
+        harness.sdk_harness_log_level_overrides = {"apache_beam": "WARNING"}
+    if show_progress and not flag_given(argv, "default_sdk_harness_log_level"):
+        harness.default_sdk_harness_log_level = "WARNING"
+
+
 def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = False) -> None:
     """Run the build graph to completion, showing its progress on stderr when asked (a local
     run only: the DoFns report into a folder of this machine, pipeline/progress.py). The
@@ -278,7 +292,10 @@ def run_build(argv: list[str]) -> dict:
 
     from proactivebench_builder.pipeline.progress import enabled
 
-    run_pipeline(options, params, show_progress=local and enabled(opts.progress, sys.stderr))
+    show_progress = local and enabled(opts.progress, sys.stderr)
+    if local:
+        quiet_worker_logs(options, argv, show_progress)
+    run_pipeline(options, params, show_progress=show_progress)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     print(summary_table(report["scenarios"]))
     if params["selection"]["mode"] != "none":

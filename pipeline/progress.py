@@ -27,7 +27,8 @@ import time
 from collections import Counter
 
 FLUSH_EVERY_S = 1.0
-POLL_EVERY_S = 1.0
+POLL_EVERY_S = 1.0    # redraw on a terminal
+PLAIN_EVERY_S = 10.0  # a plain block, when stderr is not a terminal (--progress into a file)
 # events, reported per scenario label (`quickdraw`, `quickdraw/train`)
 LISTED, READ, BUILT, PLANNED, WRITTEN = "listed", "read", "built", "planned", "written"
 
@@ -211,11 +212,16 @@ def enabled(choice: bool | None, stream) -> bool:
 
 
 class Display(threading.Thread):
-    """Polls the progress folder and redraws the lines in place (one tqdm bar per line)."""
+    """Polls the progress folder and draws the lines: on a terminal, in place every `every`
+    seconds (one tqdm bar per line); elsewhere (`--progress` into a file), as a plain block
+    every `plain_every` seconds; and once more, plainly, at the end."""
 
-    def __init__(self, folder: str, stream, every: float = POLL_EVERY_S):
+    def __init__(self, folder: str, stream, every: float = POLL_EVERY_S,
+                 plain_every: float = PLAIN_EVERY_S):
         super().__init__(name="build-progress", daemon=True)
-        self.folder, self.stream, self.every = folder, stream, every
+        self.folder, self.stream = folder, stream
+        self.tty = enabled(None, stream)
+        self.every = every if self.tty else plain_every
         self.state = State(time.monotonic())
         self.bars: list = []
         self._halt = threading.Event()
@@ -224,15 +230,22 @@ class Display(threading.Thread):
         while not self._halt.wait(self.every):
             self.draw()
 
-    def draw(self) -> None:
-        from tqdm import tqdm
-
+    def lines(self) -> list[str]:
         now = time.monotonic()
         self.state.read_folder(self.folder, now)
-        lines = render(self.state, now)
+        return render(self.state, now)
+
+    def draw(self) -> None:
+        lines = self.lines()
+        if not self.tty:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+            return
+        from tqdm import tqdm
+
         while len(self.bars) < len(lines):
             self.bars.append(tqdm(total=0, position=len(self.bars), bar_format="{desc}",
-                                  file=self.stream, leave=True, dynamic_ncols=True))
+                                  file=self.stream, leave=False, dynamic_ncols=True))
         for bar, line in zip(self.bars, lines):
             bar.set_description_str(line, refresh=False)
             bar.refresh()
@@ -240,9 +253,10 @@ class Display(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
-        self.draw()
-        for bar in reversed(self.bars):
+        for bar in self.bars:  # cleared from the screen: the final state is written below
             bar.close()
+        self.stream.write(("\r" if self.tty else "") + "\n".join(self.lines()) + "\n")
+        self.stream.flush()
 
     @contextlib.contextmanager
     def showing(self):

@@ -228,15 +228,19 @@ def no_timed_flushes() -> None:
 
 
 def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: bool) -> None:
-    """Worker processes (multi_processing) log straight to stderr: keep Beam's own INFO chatter
-    out of a build's log (channels established, harness started), and while the progress
-    display is drawn, our INFO lines too (the display says what they say, and a line written
-    by another process under it would break it). Flags the user gives are kept."""
+    """Worker processes (multi_processing) log straight to stderr: keep Beam's own chatter out
+    of a build's log (channels established, harness started, and two warnings every worker
+    gives at start: no main session to load, and our build flags, which the worker's Beam does
+    not know), and while the progress display is drawn, our INFO lines too (the display says
+    what they say, and a line written by another process under it would break it). Flags the
+    user gives are kept."""
     from apache_beam.options.pipeline_options import WorkerOptions
 
     harness = options.view_as(WorkerOptions)
     if not flag_given(argv, "sdk_harness_log_level_overrides"):
-        harness.sdk_harness_log_level_overrides = {"apache_beam": "WARNING"}
+        harness.sdk_harness_log_level_overrides = {
+            "apache_beam": "WARNING", "apache_beam.options.pipeline_options": "ERROR",
+            "__main__": "ERROR"}  # the worker's entry point, sdk_worker_main
     if show_progress and not flag_given(argv, "default_sdk_harness_log_level"):
         harness.default_sdk_harness_log_level = "WARNING"
 

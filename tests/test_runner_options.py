@@ -26,6 +26,8 @@ def test_explicit_worker_settings_are_kept_in_either_spelling():
     assert (direct.direct_num_workers, direct.direct_running_mode) == (3, "multi_processing")
     _, direct = configured(["--direct_num_workers=1"])  # Beam's single in-memory worker
     assert (direct.direct_num_workers, direct.direct_running_mode) == (1, "in_memory")
+    _, direct = configured(["--direct_num_workers", "3"])  # not 3 workers run as one in_memory
+    assert (direct.direct_num_workers, direct.direct_running_mode) == (3, "multi_processing")
     _, direct = configured(["--direct_running_mode=multi_threading"])
     assert direct.direct_num_workers == cli.available_cores()
     assert direct.direct_running_mode == "multi_threading"

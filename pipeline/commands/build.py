@@ -175,7 +175,8 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
     packs ~128 elements per partition, so a build would run on one worker.
 
     A local run uses every core: one worker process per core (`--direct_num_workers`, in
-    DEFAULT_LOCAL_MODE) unless `argv` gives `--direct_num_workers` / `--direct_running_mode`.
+    DEFAULT_LOCAL_MODE) unless `argv` gives `--direct_num_workers` / `--direct_running_mode`
+    (`--direct_num_workers=N` alone gets N workers in DEFAULT_LOCAL_MODE).
     Every local run also gets Beam's data plane without its timed flush (no_timed_flushes):
     that flush is what once lost part of a two-thread build's output."""
     standard = options.view_as(StandardOptions)
@@ -193,8 +194,9 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
         direct = options.view_as(DirectOptions)
         if not flag_given(argv or [], "direct_num_workers"):
             direct.direct_num_workers = available_cores()
-            if not flag_given(argv or [], "direct_running_mode"):
-                direct.direct_running_mode = DEFAULT_LOCAL_MODE
+        # Beam's own default mode, in_memory, would run any number of workers as one
+        if direct.direct_num_workers > 1 and not flag_given(argv or [], "direct_running_mode"):
+            direct.direct_running_mode = DEFAULT_LOCAL_MODE
         no_timed_flushes()
     return runner
 

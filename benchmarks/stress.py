@@ -39,7 +39,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="benchmarks/stress.py", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=30, help="Builds to run (default: %(default)s).")
+    parser.add_argument("--runs", type=int, default=30,
+                        help="Builds to run (default: %(default)s).")
     parser.add_argument("--fraction", type=float, default=0.1,
                         help="Scale of the benchmark corpus (default: %(default)s, ~20 s a build "
                              "on 2 quiet cores).")
@@ -60,8 +61,8 @@ def parse_args(argv):
                              "to make the race it has more frequent (docs/stress.md).")
     parser.add_argument("--switch_interval", type=float, default=None,
                         help="Hunting aid: the build's sys.setswitchinterval (Python's default is "
-                             "0.005 s); a tiny one makes threads preempt each other far more often, "
-                             "so races show sooner (docs/stress.md).")
+                             "0.005 s); a tiny one makes threads preempt each other far more "
+                             "often, so races show sooner (docs/stress.md).")
     parser.add_argument("--stop_on_failure", action="store_true",
                         help="Stop at the first failed or differing run (its output is kept).")
     return parser.parse_args(argv)

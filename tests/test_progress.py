@@ -7,8 +7,7 @@ import json
 import os
 
 from proactivebench_builder.pipeline import progress
-from proactivebench_builder.pipeline.progress import (
-    BUILT, LISTED, PLANNED, READ, WRITTEN, State, render, time_left)
+from proactivebench_builder.pipeline.progress import LISTED, READ, State, render, time_left
 
 from conftest import run
 

@@ -202,7 +202,7 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
 
 
 def flag_given(argv: list[str], name: str) -> bool:
-    """Whether `argv` sets the flag `--name` (either spelling, `_` or `-`, with or without `=`)."""
+    """Whether `argv` sets `--name` (spelled with `_` or `-`, with or without `=`)."""
     spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
     return any(arg.split("=", 1)[0] in spellings for arg in argv)
 
@@ -295,7 +295,6 @@ def run_build(argv: list[str]) -> dict:
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
     from proactivebench_builder.pipeline.commands.validate import validate_folder
-
     from proactivebench_builder.pipeline.progress import enabled
 
     show_progress = local and enabled(opts.progress, sys.stderr)

@@ -25,6 +25,7 @@ setup(
         "huggingface_hub>=1.0",
         "fsspec>=2024.6",
         "pyyaml>=6",
+        "tqdm>=4.66",               # the build's progress display on a terminal
     ],
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);

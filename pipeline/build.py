@@ -23,7 +23,7 @@ from collections import Counter
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import results
+from proactivebench_builder.pipeline import progress, results
 from proactivebench_builder.pipeline.reports import WriteReports
 from proactivebench_builder.pipeline.shards import (
     TEST, TRAIN, TRAIN_POOL, AssignIdsAndShards, WriteShard)
@@ -77,6 +77,9 @@ class ListUnits(beam.DoFn):
         scenario = branch_scenario(branch, name, self.params)
         units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
         LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
+        progress.report(self.params.get("progress_dir"), progress.LISTED,
+                        f"{name}/train" if branch == TRAIN else name, len(units))
+        progress.flush(self.params.get("progress_dir"))
         for unit in units:
             # A unit named by a non-UTF-8 file name cannot cross a Beam coder: it travels as
             # its escaped text and becomes a dead letter in ReadUnit.
@@ -144,9 +147,14 @@ class ReadUnit(beam.DoFn):
             from proactivebench_builder.pipeline.train import read_train_unit
 
             yield from read_train_unit(name, unit, self.params)
-            return
-        scenario = scenario_instance(name, self.params)
-        yield from unit_values(scenario, unit, scenario.read_unit)
+        else:
+            scenario = scenario_instance(name, self.params)
+            yield from unit_values(scenario, unit, scenario.read_unit)
+        progress.report(self.params.get("progress_dir"), progress.READ,
+                        f"{name}/train" if branch == TRAIN else name)
+
+    def finish_bundle(self):
+        progress.flush(self.params.get("progress_dir"))
 
 
 class BuildSample(beam.DoFn):
@@ -157,6 +165,16 @@ class BuildSample(beam.DoFn):
         if value["kind"] != "candidate":
             yield value
             return
+        for built in self.built(value):
+            if built["kind"] in ("sample", "train_example"):
+                progress.report(self.params.get("progress_dir"), progress.BUILT,
+                                value["scenario"])
+            yield built
+
+    def finish_bundle(self):
+        progress.flush(self.params.get("progress_dir"))
+
+    def built(self, value):
         from proactivebench_builder.pipeline.records import check_row
         from proactivebench_builder.pipeline.train import is_train_label, train_example_values
         from proactivebench_builder.transforms.base import BadItem

@@ -83,6 +83,14 @@ class BuildOptions(PipelineOptions):
             help="Skip the train split (data/train-*.parquet, built from the scenarios that have "
                  "one: QuickDraw and COCO).")
         parser.add_argument(
+            "--progress", dest="progress", action="store_true", default=None,
+            help="Show the build's progress on stderr (units read, samples built, shards "
+                 "written, time left) even when stderr is not a terminal. Default: shown on a "
+                 "terminal, for a local run.")
+        parser.add_argument(
+            "--no_progress", "--no-progress", dest="progress", action="store_false",
+            help="Do not show the build's progress.")
+        parser.add_argument(
             "--no_upstream_export", action="store_true",
             help="Skip writing DIR/upstream (the upstream JSONL layout with image files).")
         parser.add_argument(

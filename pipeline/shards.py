@@ -9,7 +9,7 @@ import tempfile
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.pipeline import fileio, progress, results
 from proactivebench_builder.pipeline.records import arrow_schema
 from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
 
@@ -49,7 +49,13 @@ class AssignIdsAndShards(beam.DoFn):
         if name == TRAIN_POOL:
             from proactivebench_builder.pipeline.train import train_shard_rows
 
-            yield from train_shard_rows(values)
+            planned = False
+            for value in train_shard_rows(values):
+                if value["kind"] == "shard_row" and not planned:  # each row carries the count
+                    progress.report(self.params.get("progress_dir"), progress.PLANNED, "train",
+                                    value["shard"][3])
+                    planned = True
+                yield value
             return
         scenario = scenario_instance(name, self.params)
         samples = sorted((v for v in values if v["kind"] == "sample"),
@@ -84,12 +90,17 @@ class AssignIdsAndShards(beam.DoFn):
             (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
         for split, split_rows in splits:
             plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, name)
+            progress.report(self.params.get("progress_dir"), progress.PLANNED, name,
+                            max(1, len(set(plan.values()))))
             for row in split_rows:
                 index, count = plan[row["key"]]
                 yield {"kind": "shard_row", "shard": (split, name, index, count, same),
                        "row": row}
             if not split_rows:  # an empty split still gets its (empty) shard, as the card lists it
                 yield {"kind": "shard_row", "shard": (split, name, 0, 1, same), "row": None}
+
+    def finish_bundle(self):
+        progress.flush(self.params.get("progress_dir"))
 
 
 SPILL_AFTER_BYTES = 16 << 20  # read-ahead frames beyond this go to a temporary file
@@ -186,10 +197,17 @@ class WriteShard(beam.DoFn):
         self.params = params
 
     def process(self, element):
+        (split, name, index, count, copy_to_test), rows = element
+        yield from self.write(split, name, index, count, copy_to_test, rows)
+        progress.report(self.params.get("progress_dir"), progress.WRITTEN, name or "train")
+
+    def finish_bundle(self):
+        progress.flush(self.params.get("progress_dir"))
+
+    def write(self, split, name, index, count, copy_to_test, rows):
         from proactivebench_builder.pipeline import upstream_export
         from proactivebench_builder.pipeline.build import scenario_instance
 
-        (split, name, index, count, copy_to_test), rows = element
         if split == TRAIN:
             from proactivebench_builder.pipeline.train import write_train_shard
 

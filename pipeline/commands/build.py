@@ -221,17 +221,21 @@ DEFAULT_DASK_PARTITIONS = 16
 
 # local runners, by the names configure_runner returns
 LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
+# The running mode of a local build that does not name one: worker processes, which share no
+# Python state and whose data plane has no timed flush (docs/stress.md: 30 repeated builds agree).
+DEFAULT_LOCAL_MODE = "multi_processing"
 
 
-def configure_runner(options: PipelineOptions) -> str:
+def configure_runner(options: PipelineOptions, argv: list[str] | None = None) -> str:
     """The runner's name, after accepting `--runner DaskRunner` (Beam knows it only by its
     module path) and giving Dask a partition count when none is set: the DaskRunner otherwise
     packs ~128 elements per partition, so a build would run on one worker.
 
-    A local run keeps Beam's default, one in-memory worker, unless `--direct_num_workers` asks
-    for more: a threaded build lost part of one stage's output once in about twenty 10%-scale
-    benchmark builds (caught by the accounting check; docs/benchmark.md), and one
-    in-memory worker has no concurrency in which to lose anything."""
+    A local run uses every core: one worker process per core (`--direct_num_workers`, in
+    DEFAULT_LOCAL_MODE) unless `argv` gives `--direct_num_workers` / `--direct_running_mode`
+    (`--direct_num_workers=N` alone gets N workers in DEFAULT_LOCAL_MODE).
+    Every local run also gets Beam's data plane without its timed flush (no_timed_flushes):
+    that flush is what once lost part of a two-thread build's output."""
     standard = options.view_as(StandardOptions)
     if standard.runner in ("DaskRunner", DASK_RUNNER):
         from apache_beam.runners.dask.dask_runner import DaskOptions
@@ -240,18 +244,85 @@ def configure_runner(options: PipelineOptions) -> str:
         dask = options.view_as(DaskOptions)
         if dask.npartitions is None and dask.partition_size is None:
             dask.npartitions = DEFAULT_DASK_PARTITIONS
-    return standard.runner or "DirectRunner"
+    runner = standard.runner or "DirectRunner"
+    if runner in LOCAL_RUNNERS:
+        from apache_beam.options.pipeline_options import DirectOptions
+
+        direct = options.view_as(DirectOptions)
+        if not flag_given(argv or [], "direct_num_workers"):
+            direct.direct_num_workers = available_cores()
+        # Beam's own default mode, in_memory, would run any number of workers as one
+        if direct.direct_num_workers > 1 and not flag_given(argv or [], "direct_running_mode"):
+            direct.direct_running_mode = DEFAULT_LOCAL_MODE
+        no_timed_flushes()
+    return runner
 
 
-def run_pipeline(options: PipelineOptions, params: dict) -> None:
-    """Run the build graph to completion. The DaskRunner opens a Dask client that it never
-    closes, so it is closed here (else the process holds a connection to the cluster, or
-    keeps the local cluster it started)."""
+def flag_given(argv: list[str], name: str) -> bool:
+    """Whether `argv` sets `--name` (spelled with `_` or `-`, with or without `=`)."""
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    return any(arg.split("=", 1)[0] in spellings for arg in argv)
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def no_timed_flushes() -> None:
+    """Turn off the timed flush of the FnApiRunner's gRPC data plane (Beam 2.77).
+
+    The runner's side of the data plane and its in-process (multi_threading) workers send a
+    bundle's data through a `TimeBasedBufferingClosableOutputStream`, whose thread flushes the
+    buffer every DATA_BUFFER_TIME_LIMIT_MS (1 s): it copies the buffer, hands the copy to the
+    send queue, then empties the buffer. The thread that writes elements takes no lock, so
+    elements written while the flusher is handing over its copy (the send queue can block) are
+    emptied with it, unsent. That is how a two-thread build once lost the last samples and
+    counts of two QuickDraw units, which arrive in one burst at the end of a unit (docs/stress.md
+    reproduces it). With the limit at 0, streams flush only by size, from the writing thread;
+    subprocess workers (multi_processing) already run so. A timed flush only helps streaming
+    latency, which a batch build does not need."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
+
+
+def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: bool) -> None:
+    """Worker processes (multi_processing) log straight to stderr: keep Beam's own chatter out
+    of a build's log (channels established, harness started, and two warnings every worker
+    gives at start: no main session to load, and our build flags, which the worker's Beam does
+    not know), and while the progress display is drawn, our INFO lines too (the display says
+    what they say, and a line written by another process under it would break it). Flags the
+    user gives are kept."""
+    from apache_beam.options.pipeline_options import WorkerOptions
+
+    harness = options.view_as(WorkerOptions)
+    if not flag_given(argv, "sdk_harness_log_level_overrides"):
+        harness.sdk_harness_log_level_overrides = {
+            "apache_beam": "WARNING", "apache_beam.options.pipeline_options": "ERROR",
+            "__main__": "ERROR"}  # the worker's entry point, sdk_worker_main
+    if show_progress and not flag_given(argv, "default_sdk_harness_log_level"):
+        harness.default_sdk_harness_log_level = "WARNING"
+
+
+def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = False) -> None:
+    """Run the build graph to completion, showing its progress on stderr when asked (a local
+    run only: the DoFns report into a folder of this machine, pipeline/progress.py). The
+    DaskRunner opens a Dask client that it never closes, so it is closed here (else the
+    process holds a connection to the cluster, or keeps the local cluster it started)."""
     from proactivebench_builder.filters.inputs import selection_inputs
 
+    display = None
+    if show_progress:
+        import tempfile
+
+        from proactivebench_builder.pipeline import progress
+
+        params = dict(params, progress_dir=tempfile.mkdtemp(prefix="proactivebench-progress-"))
+        display = progress.Display(params["progress_dir"], sys.stderr)
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
-    with local_workers_apart_from_ctrl_c():
+    with local_workers_apart_from_ctrl_c(), \
+            (display.showing() if display else contextlib.nullcontext()):
         result = pipeline.run()
         try:
             result.wait_until_finish()
@@ -327,8 +398,9 @@ def run_build(argv: list[str]) -> dict:
     params = build_params(opts, argv)
     if opts.verify_sources:
         check_sources(params)
-    runner = configure_runner(options)
-    if runner in LOCAL_RUNNERS:
+    runner = configure_runner(options, argv)
+    local = runner in LOCAL_RUNNERS
+    if local:
         from apache_beam.options.pipeline_options import DirectOptions
 
         direct = options.view_as(DirectOptions)
@@ -381,8 +453,12 @@ def io_error_line(err: BaseException) -> str | None:
 def build_and_check(options, opts, params) -> dict:
     """Run the graph, then the checks that decide whether the written folder can be trusted."""
     from proactivebench_builder.pipeline.commands.validate import validate_folder
+    from proactivebench_builder.pipeline.progress import enabled
 
-    run_pipeline(options, params)
+    show_progress = local and enabled(opts.progress, sys.stderr)
+    if local:
+        quiet_worker_logs(options, argv, show_progress)
+    run_pipeline(options, params, show_progress=show_progress)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     filters = None
     if params["selection"]["mode"] != "none":

@@ -83,6 +83,16 @@ class ListUnits(beam.DoFn):
             yield branch, name, results.utf8_unit(unit)
 
 
+def reads_train_with_test(name: str, params: dict) -> bool:
+    """Whether the test read of `name` also yields its train split: its train units are its
+    test units, from the same root, so each file is read once per build (not once per split)."""
+    from proactivebench_builder.transforms import get_scenario
+
+    train = params.get("train_sources") or {}
+    return (name in train and train[name] == params["sources"][name]
+            and get_scenario(name).train_units_are_test_units)
+
+
 def unit_values(scenario, unit, read):
     """The result values of reading one unit with `read` (the scenario's `read_unit` or
     `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
@@ -133,7 +143,9 @@ class ReadUnit(beam.DoFn):
             yield from read_train_unit(name, unit, self.params)
             return
         scenario = scenario_instance(name, self.params)
-        yield from unit_values(scenario, unit, scenario.read_unit)
+        both = reads_train_with_test(name, self.params)
+        yield from unit_values(scenario, unit,
+                               scenario.read_unit_with_train if both else scenario.read_unit)
 
 
 class BuildSample(beam.DoFn):
@@ -212,7 +224,8 @@ class BuildBenchmark(beam.PTransform):
 
             parts.append(pbegin | "ImportUpstream" >> ImportUpstream(p))
         jobs = [] if p.get("import_upstream") else [(TEST, n) for n in sorted(p["scenarios"])]
-        jobs += [(TRAIN, n) for n in sorted(p.get("train_sources") or {})]
+        jobs += [(TRAIN, n) for n in sorted(p.get("train_sources") or {})
+                 if not ((TEST, n) in jobs and reads_train_with_test(n, p))]
         if jobs:
             parts.append(
                 pbegin

@@ -93,18 +93,22 @@ def reads_train_with_test(name: str, params: dict) -> bool:
             and get_scenario(name).train_units_are_test_units)
 
 
-def unit_values(scenario, unit, read):
+def unit_values(scenario, unit, read, labels=()):
     """The result values of reading one unit with `read` (the scenario's `read_unit` or
     `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
-    becomes one dead letter, never a crash; every value is made safe to cross a coder.
+    becomes one dead letter (under each of `labels`, default the scenario's name: a unit read
+    once for both splits fails in both), never a crash; every value is made safe to cross a coder.
 
     Counts are summed over the unit and emitted once at its end (also when it fails part way):
     a scenario counts per raw item, and a real QuickDraw file holds ~150k drawings, so one value
     per item would put tens of millions of elements through every shuffle after this stage."""
     name = scenario.name
+    labels = labels or (name,)
     if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name (results.utf8_unit)
-        yield results.count(name, "raw_items", 1)
-        yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
+        for label in labels:
+            yield results.count(label, "raw_items", 1)
+            yield dict(scenario.dead_letter(unit["not_utf8"],
+                                            results.non_utf8_reason(unit["text"])), scenario=label)
         return
     counts = Counter()
     try:
@@ -115,9 +119,10 @@ def unit_values(scenario, unit, read):
                 yield results.utf8_safe(value)
     except Exception as err:  # noqa: BLE001 - errors are values here
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
-        counts[name, "raw_items"] += 1
-        yield results.utf8_safe(scenario.dead_letter(
-            unit, f"unreadable source unit: {type(err).__name__}: {err}"))
+        for label in labels:
+            counts[label, "raw_items"] += 1
+            yield results.utf8_safe(dict(scenario.dead_letter(
+                unit, f"unreadable source unit: {type(err).__name__}: {err}"), scenario=label))
     for (label, what), n in sorted(counts.items()):
         yield results.count(label, what, n)
 
@@ -143,9 +148,13 @@ class ReadUnit(beam.DoFn):
             yield from read_train_unit(name, unit, self.params)
             return
         scenario = scenario_instance(name, self.params)
-        both = reads_train_with_test(name, self.params)
-        yield from unit_values(scenario, unit,
-                               scenario.read_unit_with_train if both else scenario.read_unit)
+        if reads_train_with_test(name, self.params):
+            from proactivebench_builder.pipeline.train import train_label
+
+            yield from unit_values(scenario, unit, scenario.read_unit_with_train,
+                                   (name, train_label(name)))
+            return
+        yield from unit_values(scenario, unit, scenario.read_unit)
 
 
 class BuildSample(beam.DoFn):

@@ -19,6 +19,7 @@ from conftest import read_json, run
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.transforms.base import BadItem
+from proactivebench_builder.transforms import quickdraw
 from proactivebench_builder.transforms.quickdraw import FileScan, QuickDraw
 
 TRAIN = "quickdraw/train"
@@ -124,8 +125,11 @@ def test_the_rank_of_the_scan_is_hash_rank(tmp_path):
         hash_rank(0, "quickdraw", "test", "The Eiffel Tower/4500000000000123")
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_scan_keeps_what_a_full_parse_of_every_line_keeps(tmp_path, seed):
+@pytest.mark.parametrize("seed,read_bytes", [(0, None), (1, None), (2, 777)])
+def test_the_scan_keeps_what_a_full_parse_of_every_line_keeps(tmp_path, monkeypatch, seed,
+                                                              read_bytes):
+    if read_bytes:  # blocks smaller than a line: every line straddles a block boundary
+        monkeypatch.setattr(quickdraw, "READ_BYTES", read_bytes)
     lines = generated_lines(seed, 3000)
     rng = random.Random(seed)
     good = json.loads(lines[7])
@@ -137,6 +141,8 @@ def test_the_scan_keeps_what_a_full_parse_of_every_line_keeps(tmp_path, seed):
         json.dumps(dict(good, key_id="997")),                  # valid, not canonical (spaces)
         json.dumps(dict(good, key_id="996", drawing=[[[1.5, 2], [3, 4]]] * 2)),  # non-integer
         "not json at all",
+        "garbage" + lines[13],                          # a canonical line after other bytes
+        lines[14][:40] + "\r" + lines[14][40:],       # a lone CR inside a field
         '{"word":"cat","countrycode":"US","timestamp":"x","recognized":true,"key_id":"995",'
         '"drawing":[[[1,2],[3,4]],[[5],[6]]],"extra":1}',                        # extra field
     ]
@@ -223,8 +229,10 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
     real = fileio.filesystem
 
     class FailingHandle:
+        """Reads come in 64 KiB pieces; the third fails, as a disk or network error would."""
+
         def __init__(self, handle):
-            self.handle = handle
+            self.handle, self.reads = handle, 0
 
         def __enter__(self):
             return self
@@ -232,11 +240,11 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
         def __exit__(self, *exc):
             self.handle.close()
 
-        def __iter__(self):
-            for number, line in enumerate(self.handle, start=1):
-                if number == 301:
-                    raise OSError("Input/output error")
-                yield line
+        def read(self, size=-1):
+            self.reads += 1
+            if self.reads == 3:
+                raise OSError("Input/output error")
+            return self.handle.read(1 << 16)
 
     class FailingFs:
         def __init__(self, fs):
@@ -248,10 +256,13 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
     monkeypatch.setattr(fileio, "filesystem", lambda url: (FailingFs(real(url)[0]),
                                                            real(url)[1]))
     values = list(scenario_at(tmp_path).read_unit_with_train(path))
+    with open(path, "rb") as handle:
+        read_lines = handle.read(2 << 16).count(b"\n")  # the whole lines before the failure
+    assert 0 < read_lines < 500
     for label in ("quickdraw", TRAIN):
         picked, counts, dead = split_values(values, label)
-        assert counts["raw_items"] == 301
-        assert [d["path"] for d in dead] == ["simplified/cat.ndjson:301"]
+        assert counts["raw_items"] == read_lines + 1
+        assert [d["path"] for d in dead] == [f"simplified/cat.ndjson:{read_lines + 1}"]
         assert "Input/output error" in dead[0]["reason"]
         assert picked  # what was read before the failure still counts
         assert_balanced(values, label)
@@ -296,3 +307,21 @@ def test_a_build_reads_each_category_file_once_and_balances_both_splits(tmp_path
     assert test["dead_letters"] == train["dead_letters"] == 1
     assert test["samples"] == 50 and train["examples"] == 250
     assert read_json(os.path.join(out, "reports", "build.json")) == build
+
+
+def test_an_overlong_line_is_one_dead_letter_and_the_rest_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(quickdraw, "READ_BYTES", 4096)
+    monkeypatch.setattr(quickdraw, "MAX_LINE_BYTES", 10000)
+    lines = generated_lines(7, 200)
+    lines.insert(100, "[" * 50000)  # no newline for longer than any real line
+    path = write_category(tmp_path, "cat", lines)
+    values = list(scenario_at(tmp_path).read_unit_with_train(path))
+    for label in ("quickdraw", TRAIN):
+        picked, counts, dead = split_values(values, label)
+        assert [(d["path"], d["reason"].split(":")[0]) for d in dead] == \
+            [("simplified/cat.ndjson:101", "malformed ndjson line")]
+        assert counts["raw_items"] == 201
+        assert_balanced(values, label)
+    del lines[100]
+    clean = list(scenario_at(tmp_path).read_unit(write_category(tmp_path, "cat", lines)))
+    assert split_values(values, "quickdraw")[0] == split_values(clean, "quickdraw")[0]

@@ -56,29 +56,40 @@ def quickdraw_categories(n: int) -> list[str]:
     return [classes[i * len(classes) // n] for i in range(n)]
 
 
+def real_drawing(rng: random.Random) -> list:
+    """A drawing as the simplified files hold them: 2-9 strokes of 4-20 points in 0-255."""
+    strokes = []
+    for _ in range(rng.randint(2, 9)):
+        x, y = rng.randint(0, 255), rng.randint(0, 255)
+        xs, ys = [], []
+        for _ in range(rng.randint(4, 20)):
+            x = min(255, max(0, x + rng.randint(-40, 40)))
+            y = min(255, max(0, y + rng.randint(-40, 40)))
+            xs.append(x)
+            ys.append(y)
+        strokes.append([xs, ys])
+    return strokes
+
+
+def real_record(rng: random.Random, category: str, key_id: str, d: int) -> str:
+    """One ndjson line in the real field order, compact as the real files are."""
+    record = {"word": category, "countrycode": rng.choice(COUNTRIES),
+              "timestamp": f"2017-03-{1 + d % 28:02d} {d % 24:02d}:{d % 60:02d}:"
+                           f"{rng.randint(0, 59):02d}.{rng.randint(10000, 99999)} UTC",
+              "recognized": rng.random() < 0.9, "key_id": key_id, "drawing": real_drawing(rng)}
+    return json.dumps(record, separators=(",", ":"))
+
+
+COUNTRIES = ["US", "GB", "DE", "BR", "RU", "JP", "IT", "FR", "CA", "KR"]
+
+
 def write_quickdraw_file(path: str, category: str, drawings: int = QD_DRAWINGS) -> None:
     rng = random.Random(f"real/quickdraw/{category}")
-    countries = ["US", "GB", "DE", "BR", "RU", "JP", "IT", "FR", "CA", "KR"]
     base = 4_500_000_000_000_000 + int(hashlib.md5(category.encode()).hexdigest()[:8], 16) * 10**6
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         for d in range(drawings):
-            strokes = []
-            for _ in range(rng.randint(2, 9)):
-                x, y = rng.randint(0, 255), rng.randint(0, 255)
-                xs, ys = [], []
-                for _ in range(rng.randint(4, 20)):
-                    x = min(255, max(0, x + rng.randint(-40, 40)))
-                    y = min(255, max(0, y + rng.randint(-40, 40)))
-                    xs.append(x)
-                    ys.append(y)
-                strokes.append([xs, ys])
-            record = {"word": category, "countrycode": rng.choice(countries),
-                      "timestamp": f"2017-03-{1 + d % 28:02d} {d % 24:02d}:{d % 60:02d}:"
-                                   f"{rng.randint(0, 59):02d}.{rng.randint(10000, 99999)} UTC",
-                      "recognized": rng.random() < 0.9, "key_id": str(base + d * 7919),
-                      "drawing": strokes}
-            out.write(json.dumps(record, separators=(",", ":")))
+            out.write(real_record(rng, category, str(base + d * 7919), d))
             out.write("\n")
     os.replace(tmp, path)
 

@@ -35,7 +35,9 @@ setup(
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],
-        "bench": ["psutil"],         # benchmarks/: memory of the whole process tree
+        # benchmarks/: memory of the whole process tree (psutil); the COCO reader compared with
+        # ijson's C backend (ijson); realistic H.264 videos for ChangeIt (imageio-ffmpeg's ffmpeg)
+        "bench": ["psutil", "ijson>=3.3", "imageio-ffmpeg>=0.5"],
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [

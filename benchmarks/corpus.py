@@ -7,24 +7,25 @@ test frames (plus the train split's images):
 
 | scenario  | full-scale samples | frames per sample | frame files                                  |
 |-----------|--------------------|-------------------|----------------------------------------------|
-| rod       | 88 sequences       | 14                | 1512x1512 JPEG q90 in rod_0/rod_1.tar.gz      |
+| rod       | 88 sequences       | 14                | 3024x3024 JPEG q90 in rod_0/rod_1.tar.gz      |
 | vsod      | 200 segments       | 72                | 640x360 JPEG q90 + one VOC XML per frame      |
 | mvpn      | 4,199 list entries | 2-6 (mean 4)      | 224x224 PNG                                  |
 | imagenet_c| 5,000 (5 x 1,000)  | 5                 | 224x224 JPEG q85, 2 corruptions present      |
-| quickdraw | 3,450 (10 x 345)   | 2-8 strokes       | ndjson (rendered to PNG by the build)        |
+| quickdraw | 3,450 (10 x 345)   | 2-9 strokes       | ndjson (rendered to PNG by the build)        |
 | changeit  | 1,118 (559 videos) | 20 of 60 seconds  | 640x360 JPEG q90, 1 fps pre-extracted frames |
 | coco      | 4,857 val images   | 1                 | 640x480 / 480x640 JPEG q90                   |
 | train     | 17,250 QD + 10,000 COCO train2014 single-object images (the default build's train split) |
 
 Choices (all command-line options of `run.py`):
-- ROD photos are 1512x1512, half the real 3024 side: full size would make ROD's 1.2k frames
-  weigh as much as the rest of the benchmark together, and the real release mixes sizes from
-  640 px up. They are read from the `.tar.gz` archives (the layout as downloaded).
+- ROD photos are 3024x3024, the real side (`--rod_side`; figures before issue 17 used 1512):
+  ROD's 1.2k frames then weigh about as much as the rest of the benchmark together. They are
+  read from the `.tar.gz` archives (the layout as downloaded).
 - VSOD: the paper's 14.4k VSOD images over 200 pooled rows give 72 frames per segment (the
   project figure shows segments of 38-75 frames); one label row per segment.
-- QuickDraw category files hold `qd_lines` drawings (default 120), not the ~150k of a real file:
-  parsing 50 M JSON lines is a separate cost (raw reading, not per-frame work) that would hide
-  everything else; 10 test + 50 train drawings per class are all the build keeps.
+- QuickDraw category files hold `qd_lines` drawings (default 120) in the real format, not the
+  ~145k of a real file: reading 50 M lines is raw reading, measured at real size by
+  raw_read.py (real_sources.py) and added to the full-scale figure there; 10 test + 50 train
+  drawings per class are all the build keeps.
 - ImageNet-C has 5 images per class (all sampled) under 2 corruption folders; the build reads
   only the 5 severities of the corruption it draws.
 - COCO: the annotation files hold the real mix (~12% single-object images, ~7 annotations per
@@ -57,7 +58,7 @@ from PIL import Image
 FULL_SCALE = {"rod": 88, "vsod": 200, "mvpn": 4199, "imagenet_c": 1000, "quickdraw": 345,
               "changeit": 559, "coco": 4857, "coco_train": 10000}
 MARKER = ".corpus-complete"
-DEFAULTS = {"rod_side": 1512, "vsod_frames": 72, "qd_lines": 120, "changeit_seconds": 60}
+DEFAULTS = {"rod_side": 3024, "vsod_frames": 72, "qd_lines": 120, "changeit_seconds": 60}
 
 
 # ---- sizes and names ----------------------------------------------------------------------
@@ -285,7 +286,9 @@ def write_imagenet_c(root: str, fraction: float, settings: dict) -> None:
 # ---- QuickDraw: simplified/<category>.ndjson ------------------------------------------------
 
 def write_quickdraw(root: str, fraction: float, settings: dict) -> None:
-    from proactivebench_builder.transforms.quickdraw import _synthetic_drawing
+    """`qd_lines` drawings per file in the real format (real_sources.real_record: 2-9 strokes
+    of 4-20 points, ~90% recognised), so the build renders strokes of real length."""
+    from benchmarks.real_sources import real_record
 
     info = manifest("quickdraw")
     base = os.path.join(root, info["source_subdir"], "simplified")
@@ -294,13 +297,8 @@ def write_quickdraw(root: str, fraction: float, settings: dict) -> None:
     for c in range(count):
         category = classes[c * len(classes) // count]
         rng = random.Random(f"bench/quickdraw/{category}")
-        lines = []
-        for d in range(int(settings["qd_lines"])):
-            record = {"word": category, "countrycode": "US",
-                      "timestamp": f"2017-03-{1 + d % 28:02d} 20:41:{d % 60:02d}.70725 UTC",
-                      "recognized": d % 7 != 3, "key_id": str(4500000000000000 + c * 100000 + d),
-                      "drawing": _synthetic_drawing(rng, 2 + (d * 5 + c) % 7)}
-            lines.append(json.dumps(record, separators=(",", ":")))
+        lines = [real_record(rng, category, str(4500000000000000 + c * 100000 + d), d)
+                 for d in range(int(settings["qd_lines"]))]
         write_file(os.path.join(base, f"{category}.ndjson"), ("\n".join(lines) + "\n").encode())
 
 

@@ -86,18 +86,32 @@ class ListUnits(beam.DoFn):
             yield branch, name, results.utf8_unit(unit)
 
 
-def unit_values(scenario, unit, read):
+def reads_train_with_test(name: str, params: dict) -> bool:
+    """Whether the test read of `name` also yields its train split: its train units are its
+    test units, from the same root, so each file is read once per build (not once per split)."""
+    from proactivebench_builder.transforms import get_scenario
+
+    train = params.get("train_sources") or {}
+    return (name in train and train[name] == params["sources"][name]
+            and get_scenario(name).train_units_are_test_units)
+
+
+def unit_values(scenario, unit, read, labels=()):
     """The result values of reading one unit with `read` (the scenario's `read_unit` or
     `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
-    becomes one dead letter, never a crash; every value is made safe to cross a coder.
+    becomes one dead letter (under each of `labels`, default the scenario's name: a unit read
+    once for both splits fails in both), never a crash; every value is made safe to cross a coder.
 
     Counts are summed over the unit and emitted once at its end (also when it fails part way):
     a scenario counts per raw item, and a real QuickDraw file holds ~150k drawings, so one value
     per item would put tens of millions of elements through every shuffle after this stage."""
     name = scenario.name
+    labels = labels or (name,)
     if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name (results.utf8_unit)
-        yield results.count(name, "raw_items", 1)
-        yield scenario.dead_letter(unit["not_utf8"], results.non_utf8_reason(unit["text"]))
+        for label in labels:
+            yield results.count(label, "raw_items", 1)
+            yield dict(scenario.dead_letter(unit["not_utf8"],
+                                            results.non_utf8_reason(unit["text"])), scenario=label)
         return
     counts, resolved = Counter(), Counter()
     try:
@@ -112,18 +126,17 @@ def unit_values(scenario, unit, read):
     except Exception as err:  # noqa: BLE001 - errors are values here
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
         # Items counted before the failure but not yet resolved (e.g. drawings waiting for
-        # their rank) are lost with the unit: its one dead letter stands for them and for the
-        # rest of the unit, so raw items = samples + dead letters + exclusions still holds.
-        lost = 0
-        for label in {label for label, _ in counts}:
-            unresolved = counts[label, "raw_items"] - resolved[label]
-            if unresolved > 0:
-                counts[label, "raw_items"] -= unresolved
-                lost += unresolved
-        counts[name, "raw_items"] += 1
-        detail = f" ({lost} raw items read before the failure are lost with it)" if lost else ""
-        yield results.utf8_safe(scenario.dead_letter(
-            unit, f"unreadable source unit: {type(err).__name__}: {err}{detail}"))
+        # their rank) are lost with the unit: its one dead letter (per label) stands for them
+        # and for the rest of the unit, so raw items = samples + dead letters + exclusions
+        # still holds.
+        for label in labels:
+            unresolved = max(0, counts[label, "raw_items"] - resolved[label])
+            counts[label, "raw_items"] += 1 - unresolved
+            detail = (f" ({unresolved} raw items read before the failure are lost with it)"
+                      if unresolved else "")
+            yield results.utf8_safe(dict(scenario.dead_letter(
+                unit, f"unreadable source unit: {type(err).__name__}: {err}{detail}"),
+                scenario=label))
     for (label, what), n in sorted(counts.items()):
         yield results.count(label, what, n)
 
@@ -147,11 +160,17 @@ class ReadUnit(beam.DoFn):
             from proactivebench_builder.pipeline.train import read_train_unit
 
             yield from read_train_unit(name, unit, self.params)
+            progress.report(self.params.get("progress_dir"), progress.READ, f"{name}/train")
+            return
+        scenario = scenario_instance(name, self.params)
+        if reads_train_with_test(name, self.params):
+            from proactivebench_builder.pipeline.train import train_label
+
+            yield from unit_values(scenario, unit, scenario.read_unit_with_train,
+                                   (name, train_label(name)))
         else:
-            scenario = scenario_instance(name, self.params)
             yield from unit_values(scenario, unit, scenario.read_unit)
-        progress.report(self.params.get("progress_dir"), progress.READ,
-                        f"{name}/train" if branch == TRAIN else name)
+        progress.report(self.params.get("progress_dir"), progress.READ, name)
 
     def finish_bundle(self):
         progress.flush(self.params.get("progress_dir"))
@@ -251,7 +270,8 @@ class BuildBenchmark(beam.PTransform):
 
             parts.append(pbegin | "ImportUpstream" >> ImportUpstream(p))
         jobs = [] if p.get("import_upstream") else [(TEST, n) for n in sorted(p["scenarios"])]
-        jobs += [(TRAIN, n) for n in sorted(p.get("train_sources") or {})]
+        jobs += [(TRAIN, n) for n in sorted(p.get("train_sources") or {})
+                 if not ((TEST, n) in jobs and reads_train_with_test(n, p))]
         if jobs:
             parts.append(
                 pbegin

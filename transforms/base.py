@@ -45,6 +45,9 @@ class Scenario:
     config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
     has_train_split: ClassVar[bool] = False  # True when it implements the train_* methods
     environment: ClassVar[Play] = Play()  # how its environment plays (transforms.environment)
+    # True when its train units are its test units (QuickDraw's category files): the pipeline
+    # then reads each unit once for both splits with `read_unit_with_train`
+    train_units_are_test_units: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -103,6 +106,11 @@ class Scenario:
         return []
 
     def read_train_unit(self, unit: str) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def read_unit_with_train(self, unit: str) -> Iterator[dict]:
+        """`read_unit` and `read_train_unit` of one unit in one read (when
+        `train_units_are_test_units`): train values are labelled `<name>/train`."""
         raise NotImplementedError
 
     def build_train_example(self, key: str, item: dict) -> dict:

@@ -74,11 +74,15 @@ class ImageNetC(Scenario):
         self.corruption_actions = dict(self.manifest["corruption_actions"])
         self.enhancements = dict(self.manifest["enhancements"])
         self.class_names = load_data_file(self.manifest["class_names_file"])
+        self._present: list[str] | None = None
 
     def present_corruptions(self) -> list[str]:
-        """The manifest's corruptions that exist under the root, in manifest order."""
-        present = set(fileio.list_names(self.root))
-        return [c for c in self.corruption_actions if c in present]
+        """The manifest's corruptions that exist under the root, in manifest order. Listed once
+        per instance: every one of the 1,000 units asks, and the root does not change."""
+        if self._present is None:
+            present = set(fileio.list_names(self.root))
+            self._present = [c for c in self.corruption_actions if c in present]
+        return list(self._present)
 
     def list_units(self) -> list[str]:
         corruptions = self.present_corruptions()

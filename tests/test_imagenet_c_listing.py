@@ -1,0 +1,38 @@
+"""ImageNet-C's reading lists only what it needs: the release holds 19 corruptions x 5 severities
+x 1,000 classes x 50 files (4.75 M files), and no listing may grow with all of them."""
+from __future__ import annotations
+
+import os
+
+from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms.imagenet_c import ImageNetC
+
+EXTRA = ("snow", "frost", "fog")  # in the release, not in the manifest
+
+
+def test_reading_lists_one_folder_per_class_and_each_corruption_once(tmp_path, monkeypatch):
+    corruptions = list(load_manifest("imagenet_c")["corruption_actions"]) + list(EXTRA)
+    wnids = ["n01440764", "n01443537", "n01484850", "n01491361"]
+    for c_index, corruption in enumerate(corruptions):
+        for severity in range(1, 6):
+            for wnid in wnids:
+                folder = tmp_path / corruption / str(severity) / wnid
+                folder.mkdir(parents=True)
+                for i in range(8):
+                    (folder / f"ILSVRC2012_val_{i:08d}.JPEG").touch()
+    listed = []
+    real = fileio.list_names
+    monkeypatch.setattr(fileio, "list_names", lambda url: listed.append(url) or real(url))
+    scenario = ImageNetC(0, str(tmp_path))
+    units = scenario.list_units()
+    values = [v for unit in units for v in scenario.read_unit(unit)]
+    assert units == wnids
+    assert sum(1 for v in values if v["kind"] == "candidate") == 4 * 5
+    present = len(corruptions) - len(EXTRA)
+    # the root once; each present corruption's severity-5 folder (to find the classes); then
+    # one class folder per unit: never a severity below 5, never a class twice
+    assert len(listed) == 1 + present + len(wnids)
+    relative = [os.path.relpath(u, str(tmp_path)) for u in listed]
+    assert all(r == "." or r.split(os.sep)[1] == "5" for r in relative)
+    assert len(set(relative)) == len(relative)

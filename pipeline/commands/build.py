@@ -408,12 +408,17 @@ def run_build(argv: list[str]) -> dict:
     LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
     for name in params["scenarios"]:
         LOG.info("  %-12s <- %s", name, params["sources"][name])
+    from proactivebench_builder.pipeline.progress import enabled
+
+    show_progress = local and enabled(opts.progress, sys.stderr)
+    if local:
+        quiet_worker_logs(options, argv, show_progress)
     with integrity.BuildLock(params["output"]):  # one writer per folder, released on any exit
         if integrity.remove_leftovers(params["output"]):
             LOG.info("removed temporary files a killed build left in %s", params["output"])
         integrity.mark_building(params["output"])
         try:
-            report = build_and_check(options, opts, params)
+            report = build_and_check(options, opts, params, show_progress)
         except BaseException as err:
             try:
                 integrity.mark_finished(params["output"], failure_reason(err))
@@ -450,14 +455,10 @@ def io_error_line(err: BaseException) -> str | None:
     return None
 
 
-def build_and_check(options, opts, params) -> dict:
+def build_and_check(options, opts, params, show_progress: bool) -> dict:
     """Run the graph, then the checks that decide whether the written folder can be trusted."""
     from proactivebench_builder.pipeline.commands.validate import validate_folder
-    from proactivebench_builder.pipeline.progress import enabled
 
-    show_progress = local and enabled(opts.progress, sys.stderr)
-    if local:
-        quiet_worker_logs(options, argv, show_progress)
     run_pipeline(options, params, show_progress=show_progress)
     report = json.loads(fileio.read_bytes(fileio.join(params["output"], REPORTS_DIR, "build.json")))
     filters = None

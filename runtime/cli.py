@@ -76,12 +76,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ModelSpecError as err:
             ev.error(f"{flag}: {err}")
     if args.scenarios != "all":
+        aliases = envs.config_aliases()  # the names resolve_config accepts
         for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):
-            if name.lower() not in envs._ALIASES:  # the names resolve_config accepts
-                guess = closest(name.lower(), envs._ALIASES)
+            if name.lower() not in aliases:
+                guess = closest(name.lower(), aliases)
                 hint = f"; did you mean {guess!r}?" if guess else ""
                 ev.error(f"--scenarios: unknown scenario {name!r}{hint} (known: the configs "
-                         f"{', '.join(envs.CONFIGS)}, or their scenario names)")
+                         f"{', '.join(envs.known_configs())}, or their scenario names)")
     return args
 
 

@@ -93,7 +93,8 @@ FOREIGN_SUGGESTIONS = (
 _EXTRA_ALIASES = {"imagenet_c": INC, "inc": INC, "mvpn": MVPN}
 
 
-def _aliases() -> dict[str, str]:
+def config_aliases() -> dict[str, str]:
+    """Every name `resolve_config` accepts (lower case) and the config it names."""
     from proactivebench_builder.transforms import load_scenarios
 
     aliases = {}
@@ -116,7 +117,7 @@ def known_configs() -> list[str]:
 
 def resolve_config(name: str) -> str:
     """The config name from a config name, a scenario name or a short name (any case)."""
-    config = _aliases().get(name.strip().lower())
+    config = config_aliases().get(name.strip().lower())
     if config is None:
         raise ValueError(f"unknown scenario/config {name!r}; known: "
                          f"{', '.join(known_configs())}")

@@ -484,9 +484,11 @@ def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     assert "Traceback" not in after and "Error" not in after, after
     assert after.strip().splitlines()[-1] == "run_pipeline.py: interrupted", after
     assert len(after.strip().splitlines()) <= 3, after
-    # Nothing partial under a final name; no report claims a build.
+    # Nothing partial under a final name; no report claims a build: build.json, written as
+    # "building" when the build starts, says it failed and why (pipeline/integrity.py).
     for folder, _, names in os.walk(output):
         for name in names:
             if name.endswith(".parquet") and not name.startswith(".tmp-"):
                 pq.read_table(os.path.join(folder, name))
-    assert not os.path.exists(os.path.join(output, "reports", "build.json"))
+    report = read_json(os.path.join(output, "reports", "build.json"))
+    assert report["status"] == "failed" and report["failure"] == "interrupted (Ctrl-C)", report

@@ -176,7 +176,7 @@ def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
                            f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
                           env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1
+    assert done.returncode == 2  # a user error, like a mistyped flag
     assert "scenario registry: keyword 'up' (upstream) is inside keyword 'upscale'" in done.stderr
     assert "Traceback" not in done.stderr
 

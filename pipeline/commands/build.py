@@ -334,7 +334,8 @@ def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = F
 
 class _WorkerSubprocess:
     """The `subprocess` module as Beam's local job service sees it, except that Popen starts
-    each worker in a session of its own and remembers it."""
+    each worker in a session of its own, through pipeline/worker_main.py (Beam's worker with
+    our known noise silenced), and remembers it."""
 
     def __init__(self, module):
         self._module = module
@@ -345,6 +346,11 @@ class _WorkerSubprocess:
 
     def Popen(self, *args, **kwargs):  # noqa: N802 (the name Beam calls)
         kwargs.setdefault("start_new_session", True)
+        if args and isinstance(args[0], str):  # Beam's command line, run with shell=True
+            from proactivebench_builder.pipeline import worker_main
+
+            args = (args[0].replace(f"-m {worker_main.BEAM_WORKER_MODULE}",
+                                    f"-m {worker_main.__name__}"),) + args[1:]
         process = self._module.Popen(*args, **kwargs)
         self.started.append(process)
         return process
@@ -433,6 +439,8 @@ def failure_reason(err: BaseException) -> str:
     """One line for build.json's `failure`: what stopped the build."""
     if isinstance(err, BuildFailed):
         return str(err)
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
     first_line = (str(err).splitlines() or [""])[0]
     return io_error_line(err) or f"{type(err).__name__}: {first_line}"
 

@@ -1,0 +1,24 @@
+"""The entry point of a local multi-processing build's worker processes: Beam's own SDK worker
+(`apache_beam.runners.worker.sdk_worker_main`), with the build's known noise silenced first.
+
+Beam's import logs "apitools not found ..." through `logging.warning`, which, on a root logger
+without handlers, also installs a stderr handler (`logging.basicConfig`); every later INFO line
+of the worker's start-up ("Logging handler created.", "semi_persistent_directory: None", ...)
+then lands on the user's terminal. Here the root logger gets the noise filter and a handler
+that drops records before Beam is imported, so the worker logs only through Beam's own handler,
+which relays each record to the build process (where `--sdk_harness_log_level_overrides`
+applies). A crash still prints its traceback: that goes to stderr directly, not through logging.
+`pipeline.commands.build` starts workers with this module instead of Beam's (it already hands
+Beam's job service the Popen that starts each worker).
+"""
+import logging
+import runpy
+
+from proactivebench_builder.pipeline.commands.arguments import silence_known_noise
+
+BEAM_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker_main"
+
+if __name__ == "__main__":
+    silence_known_noise()
+    logging.getLogger().addHandler(logging.NullHandler())
+    runpy.run_module(BEAM_WORKER_MODULE, run_name="__main__", alter_sys=True)

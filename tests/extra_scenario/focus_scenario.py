@@ -101,6 +101,9 @@ def draw_shape(shape: str, size: int, number: int) -> Image.Image:
         draw.polygon([(size // 2, m), (m, size - m), (size - m, size - m)], fill=colour)
     elif shape == "rectangle":
         draw.rectangle((m, size // 3, size - m, size - size // 3), fill=colour)
+    elif shape == "star":
+        draw.regular_polygon((size // 2, size // 2, size // 2 - m), 5, fill=colour)
+        draw.regular_polygon((size // 2, size // 2, size // 2 - m), 5, rotation=36, fill=colour)
     else:
         draw.rectangle((m, m, size - m, size - m), fill=colour)
     return image

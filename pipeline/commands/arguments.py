@@ -207,8 +207,14 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 raise
             if debug:
                 traceback.print_exc()
-            print(f"{prog}: interrupted", file=sys.stderr)
+            say_interrupted(prog)
             return INTERRUPTED
+
+
+def say_interrupted(prog: str) -> None:
+    """The one line; on a terminal, below the ^C it echoed."""
+    newline = "\n" if sys.stderr.isatty() else ""
+    print(f"{newline}{prog}: interrupted", file=sys.stderr)
 
 
 _AT_INTERRUPT: list = []
@@ -276,7 +282,7 @@ def launch(prog: str, module: str) -> int:
         with CtrlC():
             main = importlib.import_module(module).main
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        say_interrupted(prog)
         return INTERRUPTED
     return main()
 

@@ -51,8 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--history", action="store_true", help="conversation-history ablation")
     ev.add_argument("--first_round_only", action="store_true",
                     help="one turn per sample; write predictions in the leakage-filter schema")
-    ev.add_argument("--split", choices=("test", "unfiltered"), default="test",
-                    help="test | unfiltered (Parquet folders; default: %(default)s)")
+    ev.add_argument("--split", choices=tuple(loading.PARQUET_SPLITS), default="test",
+                    help="the filtered test split or the unfiltered pool (default: %(default)s)")
     ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
     ev.add_argument("--oeg_samples", type=non_negative_int, default=open_ended.OEG_SAMPLES,
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")

@@ -52,9 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--first_round_only", action="store_true",
                     help="one turn per sample; write predictions in the leakage-filter schema "
                          "(plays the unfiltered pool, the samples the filter judges)")
-    ev.add_argument("--split", choices=("test", "unfiltered"), default=None,
-                    help="test | unfiltered (Parquet folders; default: test, or unfiltered with "
-                         "--first_round_only)")
+    ev.add_argument("--split", choices=tuple(loading.PARQUET_SPLITS), default=None,
+                    help="the filtered test split or the unfiltered pool (default: test, or "
+                         "unfiltered with --first_round_only)")
     ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
     ev.add_argument("--oeg_samples", type=non_negative_int, default=open_ended.OEG_SAMPLES,
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")

@@ -288,10 +288,12 @@ def test_every_option_beam_knows_is_accepted(capsys):
     (["--scenarios", "rod,,vsdo"], "--scenarios: unknown scenario 'vsdo'; did you mean 'vsod'?"),
     (["--scenarios", ","], "--scenarios ',' names no scenario"),
     (["--source", "quickdrw=/x"], "unknown scenario 'quickdrw'; did you mean 'quickdraw'?"),
+    (["--runner", "FnApiRuner"], "--runner: unknown runner 'FnApiRuner'; did you mean "
+                                 "'FnApiRunner'?"),
 ])
 def test_build_refuses_bad_values_in_one_line(capsys, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
-    line = refused(capsys, lambda: build.main([*argv, RUNNER]))
+    line = refused(capsys, lambda: build.main([RUNNER, *argv]))
     assert line.startswith("run_pipeline.py: error: ") and message in line, line
     assert os.listdir(tmp_path) == []   # not even the miniature sources
 

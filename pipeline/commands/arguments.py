@@ -48,21 +48,19 @@ def closest(word: str, candidates, cutoff: float = 0.6) -> str | None:
 
 
 def unknown_name(kind: str, name: str, known) -> str:
-    """'unknown scenario 'quickdrw'; did you mean 'quickdraw'? (known: ...)'."""
-    known = list(known)
-    guess = closest(name.lower(), {k.lower(): k for k in known})
-    hint = f"; did you mean {dict((k.lower(), k) for k in known)[guess]!r}?" if guess else ""
-    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})"
+    """'unknown scenario 'quickdrw'; did you mean 'quickdraw'? (known: ...)' (any case)."""
+    by_lower = {k.lower(): k for k in known}
+    guess = closest(name.lower(), by_lower)
+    hint = f"; did you mean {by_lower[guess]!r}?" if guess else ""
+    return f"unknown {kind} {name!r}{hint} (known: {', '.join(by_lower.values())})"
 
 
 class CommandParser(argparse.ArgumentParser):
-    """See the module docstring. `strict=False` returns unknown arguments to the caller instead
-    of refusing them (the build hands them on to Beam's own option names)."""
+    """See the module docstring."""
 
-    def __init__(self, *args, strict: bool = True, **kwargs):
+    def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
-        self.strict = strict
 
     def format_help(self) -> str:
         """The help, ending with the note on spelling (its example: one of this command's own
@@ -96,25 +94,23 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = self.normalise(sys.argv[1:] if args is None else list(args))
-        if self.strict and self._subparsers is None:
+        if self._subparsers is None:  # (a parent leaves its subcommand's flags to it)
             # An unknown flag first: it is often why a required one looks missing.
-            flags = self.long_flags()
             unknown = [a for a in args if a.startswith("--") and a != "--"
                        and a.partition("=")[0] not in self._option_string_actions]
             if unknown and "--" not in args[:args.index(unknown[0])]:
-                self.refuse(unknown, flags)
+                self.refuse(unknown)
         namespace, extras = super().parse_known_args(args, namespace)
-        if self.strict and extras:
+        if extras:
             self.refuse(extras)
         return namespace, extras
 
-    def refuse(self, extras: list[str], known_flags: dict[str, str] | None = None) -> None:
+    def refuse(self, extras: list[str]) -> None:
         """Exit 2 naming the first unknown flag and the closest known one (or the first stray
         value when every flag is known)."""
-        flags = self.long_flags() if known_flags is None else known_flags
         for arg in extras:
             if arg.startswith("-") and not _is_number(arg):
-                self.error(unknown_flag(arg.partition("=")[0], flags, self.prog))
+                self.error(unknown_flag(arg.partition("=")[0], self.long_flags(), self.prog))
         self.error(f"unexpected argument {extras[0]!r} (run {self.prog} --help for usage)")
 
     def error(self, message: str):
@@ -207,8 +203,14 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 raise
             if debug:
                 traceback.print_exc()
-            print(f"{prog}: interrupted", file=sys.stderr)
+            say_interrupted(prog)
             return INTERRUPTED
+
+
+def say_interrupted(prog: str) -> None:
+    """The one line; on a terminal, below the ^C it echoed."""
+    newline = "\n" if sys.stderr.isatty() else ""
+    print(f"{newline}{prog}: interrupted", file=sys.stderr)
 
 
 _AT_INTERRUPT: list = []
@@ -276,7 +278,7 @@ def launch(prog: str, module: str) -> int:
         with CtrlC():
             main = importlib.import_module(module).main
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        say_interrupted(prog)
         return INTERRUPTED
     return main()
 

@@ -400,6 +400,7 @@ def run_build(argv: list[str]) -> dict:
     argv = parse_build_flags(argv)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
+    check_runner_name(options.view_as(StandardOptions).runner)
     check_output_folder(opts.output)  # numeric flags are range-checked by their argparse types
     params = build_params(opts, argv)
     if opts.verify_sources:
@@ -639,6 +640,19 @@ def parse_build_flags(argv: list[str]) -> list[str]:
     head = parser.normalise(head)
     parser.parse_args(head)  # exits 2 with one line on an unknown flag or a bad value
     return head + tail
+
+
+def check_runner_name(runner: str | None) -> None:
+    """An unknown --runner stops the command before any work (Beam would refuse it only once the
+    pipeline runs). Names are matched as Beam matches them (any case, 'Runner' optional); a
+    dotted path names a runner class of the user's and is left to Beam."""
+    if runner is None or "." in runner or runner == "DaskRunner":  # see configure_runner
+        return
+    known = {path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    lowered = {name.lower() for name in known}
+    if runner.lower() in lowered or runner.lower() + "runner" in lowered:
+        return
+    raise UsageError("--runner: " + unknown_name("runner", runner, sorted(known | {"DaskRunner"})))
 
 
 def check_output_folder(output: str) -> None:

@@ -17,8 +17,13 @@ import runpy
 from proactivebench_builder.pipeline.commands.arguments import silence_known_noise
 
 BEAM_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker_main"
+# Logged (WARNING) by every local worker that starts without a staging folder, which a local
+# build never has: the objects it warns about are not registered by this build.
+NO_STAGING_FOLDER_NOISE = "No semi_persistent_directory found"
 
 if __name__ == "__main__":
     silence_known_noise()
+    # Beam's worker module runs as __main__, so its own logger is "__main__"
+    silence_known_noise(logging.getLogger("__main__"), (NO_STAGING_FOLDER_NOISE,))
     logging.getLogger().addHandler(logging.NullHandler())
     runpy.run_module(BEAM_WORKER_MODULE, run_name="__main__", alter_sys=True)

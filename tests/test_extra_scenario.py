@@ -198,7 +198,7 @@ def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(repo, "run_pipeline.py"),
                            f"--output={tmp_path / 'out'}", "--runner=FnApiRunner"],
                           env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"PROACTIVEBENCH_SCENARIO_PATH: {tmp_path / 'no_such_folder'} is not a folder" \
         in done.stderr
 

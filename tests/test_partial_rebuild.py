@@ -15,8 +15,9 @@ import yaml
 from conftest import read_json, run
 
 from proactivebench_builder.pipeline.commands.validate import validate_folder
+from proactivebench_builder.transforms import load_scenarios
 
-ALL = ("changeit", "coco", "imagenet_c", "mvpn", "quickdraw", "rod", "vsod")
+ALL = tuple(sorted(load_scenarios()))  # what the shared full build holds (conftest's extra too)
 
 
 def digests(folder: str) -> dict[str, str]:

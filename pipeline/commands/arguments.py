@@ -311,10 +311,11 @@ class _KnownNoise:
         return not (isinstance(record.msg, str) and record.msg.startswith(self.prefixes))
 
 
-def silence_known_noise() -> None:
-    """Install the filter on the root logger (once), before Beam is imported."""
+def silence_known_noise(logger=None, prefixes: tuple[str, ...] = (BEAM_APITOOLS_NOISE,)) -> None:
+    """Install the filter on `logger` (default: the root logger; once), before Beam is imported.
+    A logger's filters see only the records logged on it, not those its children propagate."""
     import logging
 
-    root = logging.getLogger()
-    if not any(isinstance(f, _KnownNoise) for f in root.filters):
-        root.addFilter(_KnownNoise((BEAM_APITOOLS_NOISE,)))
+    logger = logger or logging.getLogger()
+    if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+        logger.addFilter(_KnownNoise(prefixes))

@@ -22,6 +22,20 @@ class ManifestError(ValueError):
     """A manifest is missing or malformed."""
 
 
+def manifest_location(name: str) -> str:
+    """Where a user finds scenario `name`'s manifest: `source_manifests/<name>.yaml` in this
+    package, else its path beside a scenario module outside the package."""
+    filename = f"{name}.yaml"
+    if resources.files(MANIFEST_PACKAGE).joinpath(filename).is_file():
+        return f"source_manifests/{filename}"
+    from proactivebench_builder.transforms import manifest_folders
+
+    for folder in manifest_folders():
+        if os.path.isfile(os.path.join(folder, filename)):
+            return os.path.join(folder, filename)
+    return filename
+
+
 def manifest_bytes(filename: str) -> bytes:
     """A file of this package's manifests, else of the folder of a scenario module outside the
     package (`transforms.manifest_folders`: a plug-in keeps its manifest beside its module)."""

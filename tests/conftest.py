@@ -47,6 +47,11 @@ def miniature_root(tmp_path_factory) -> str:
     return ensure_miniature_sources(root, load_scenarios())
 
 
+# One in-memory worker: a build whose DoFns must see a test's monkeypatches runs in this process
+# (a default local build runs its DoFns in worker processes of their own).
+IN_PROCESS = "--direct_num_workers=1"
+
+
 def run(output: str, sources_root: str, scenarios: str, *extra: str) -> dict:
     """Build into `output`; returns reports/build.json."""
     return run_build([f"--output={output}", f"--sources_root={sources_root}",

@@ -313,6 +313,19 @@ def test_output_that_is_a_file_is_refused_before_the_build(tmp_path):
     assert existing.read_text() == "not a folder"
 
 
+def test_output_that_holds_other_files_is_refused(capsys, tmp_path, monkeypatch):
+    """A build writes over what it finds: a folder of someone's files (a tester pointed
+    --output at the project's docs/) is not a place for it."""
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.md").write_text("mine")
+    line = refused(capsys, lambda: build.main(["--output", str(docs), RUNNER]))
+    assert f"--output {docs} holds files no build wrote (e.g. 'notes.md')" in line, line
+    assert sorted(os.listdir(docs)) == ["notes.md"]
+    assert sorted(os.listdir(tmp_path)) == ["docs"]   # not even the miniature sources
+
+
 def test_output_that_cannot_be_created_is_refused(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     existing = tmp_path / "a-file"

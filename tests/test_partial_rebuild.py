@@ -116,7 +116,7 @@ def test_a_filter_that_differs_is_refused_before_any_work(full, miniature_root, 
 
 def test_shards_without_a_build_report_are_refused(full, miniature_root):
     os.remove(os.path.join(full, "reports", "build.json"))
-    with pytest.raises(SystemExit, match="holds shards of .*ChangeIt.* but no reports/build.json"):
+    with pytest.raises(SystemExit, match="ChangeIt.* no reports/build.json"):
         run(full, miniature_root, "quickdraw")
 
 

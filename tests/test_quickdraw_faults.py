@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import read_json, run
+from conftest import IN_PROCESS, read_json, run
 from proactivebench_builder.pipeline import fileio
 from proactivebench_builder.pipeline.seeding import hash_rank
 from proactivebench_builder.transforms.base import BadItem
@@ -298,7 +298,7 @@ def test_a_build_reads_each_category_file_once_and_balances_both_splits(tmp_path
 
     monkeypatch.setattr(FileScan, "run", counting_run)  # the FnApiRunner runs in this process
     out = str(tmp_path / "out")
-    build = run(out, str(tmp_path / "src"), "quickdraw")
+    build = run(out, str(tmp_path / "src"), "quickdraw", IN_PROCESS)
     assert sorted(reads) == sorted(f"{c}.ndjson" for c in
                                    ["cat", "sun", "house", "bicycle", "t-shirt"])
     test, train = build["scenarios"]["quickdraw"], build["train"]["scenarios"]["quickdraw"]

@@ -21,7 +21,7 @@ from proactivebench_builder.pipeline.commands.arguments import (
     CommandParser, UsageError, at_interrupt, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.manifests import (
-    load_manifest, manifest_sha256, parameter_problem)
+    load_manifest, manifest_location, manifest_sha256, parameter_problem)
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.plots import write_build_plots
@@ -103,12 +103,12 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
                              f"got {item!r}")
         if parameter not in load_manifest(name)["parameters"]:
             raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
-                             f"source_manifests/{name}.yaml)")
+                             f"{manifest_location(name)})")
         parsed = yaml.safe_load(value)
         problem = parameter_problem(load_manifest(name), parameter, parsed)
         if problem:
-            raise SystemExit(f"--set {name}.{parameter}: {problem} (see the parameter_rules of "
-                             f"source_manifests/{name}.yaml)")
+            raise SystemExit(f"--set {name}.{parameter}: {problem} (see "
+                             f"{manifest_location(name)})")
         overrides.setdefault(name, {})[parameter] = parsed
     return overrides
 
@@ -304,6 +304,29 @@ def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: 
         harness.default_sdk_harness_log_level = "WARNING"
 
 
+class _WorkerFailureRelay(logging.Filter):
+    """Drops the ERROR records Beam's local job service relays from a worker process (each a
+    whole traceback on one line, logged as 'Worker: ...'): the same failure reaches this process
+    as the pipeline's exception, which the command reports in one line (`--debug` shows its
+    traceback, and keeps these records)."""
+
+    def filter(self, record) -> bool:
+        return not (record.levelno >= logging.ERROR and record.msg == "Worker: %s")
+
+
+@contextlib.contextmanager
+def worker_failures_reported_once(debug: bool):
+    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    quiet = None if debug else _WorkerFailureRelay()
+    if quiet:
+        relay.addFilter(quiet)
+    try:
+        yield
+    finally:
+        if quiet:
+            relay.removeFilter(quiet)
+
+
 def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = False) -> None:
     """Run the build graph to completion, showing its progress on stderr when asked (a local
     run only: the DoFns report into a folder of this machine, pipeline/progress.py). The
@@ -321,7 +344,8 @@ def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = F
         display = progress.Display(params["progress_dir"], sys.stderr)
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "BuildBenchmark" >> BuildBenchmark(params, selection_inputs(params))
-    with local_workers_apart_from_ctrl_c(), \
+    debug = options.view_as(BuildOptions).debug
+    with local_workers_apart_from_ctrl_c(), worker_failures_reported_once(debug), \
             (display.showing() if display else contextlib.nullcontext()):
         result = pipeline.run()
         try:
@@ -412,15 +436,17 @@ def run_build(argv: list[str]) -> dict:
 
         direct = options.view_as(DirectOptions)
         runner += f" ({direct.direct_num_workers} workers, {direct.direct_running_mode})"
-    LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"], runner)
-    for name in params["scenarios"]:
-        LOG.info("  %-12s <- %s", name, params["sources"][name])
     from proactivebench_builder.pipeline.progress import enabled
 
     show_progress = local and enabled(opts.progress, sys.stderr)
     if local:
         quiet_worker_logs(options, argv, show_progress)
     with integrity.BuildLock(params["output"]):  # one writer per folder, released on any exit
+        # said once the folder is ours: a build refused by the lock says only that
+        LOG.info("building %s into %s on %s", ", ".join(params["scenarios"]), params["output"],
+                 runner)
+        for name in params["scenarios"]:
+            LOG.info("  %-12s <- %s", name, params["sources"][name])
         if integrity.remove_leftovers(params["output"]):
             LOG.info("removed temporary files a killed build left in %s", params["output"])
         integrity.mark_building(params["output"])
@@ -458,7 +484,10 @@ def io_error_line(err: BaseException) -> str | None:
             return f"{seen.strerror or os.strerror(seen.errno)} (errno {seen.errno})" + (
                 f": {where}" if where else "")
         seen = seen.__cause__ or seen.__context__
-    match = re.search(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?", str(err))
+    # a worker's traceback text may name the error first without its path (the `open` that
+    # failed), then with it (as re-raised): the first mention with a path is the clearer one
+    matches = list(re.finditer(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?", str(err)))
+    match = next((m for m in matches if m[3]), matches[0] if matches else None)
     if match:
         return f"{match[2]} (errno {match[1]})" + (f": {match[3]}" if match[3] else "")
     return None
@@ -655,6 +684,19 @@ def check_runner_name(runner: str | None) -> None:
     raise UsageError("--runner: " + unknown_name("runner", runner, sorted(known | {"DaskRunner"})))
 
 
+def not_a_build(path: str) -> str | None:
+    """The name of an entry that shows the existing folder `path` is not a build's (a build
+    writes over what it finds, so it must not be let loose on, say, a docs folder); None when
+    it is new, empty, or holds a build report or only what a build killed early leaves."""
+    from proactivebench_builder.pipeline import integrity
+
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, integrity.REPORT)):
+        return None
+    leftovers = (integrity.LOCK_NAME, "reports")  # a build killed before its first report
+    return next((name for name in sorted(os.listdir(path))
+                 if name not in leftovers and not name.startswith(".tmp-")), None)
+
+
 def check_output_folder(output: str) -> None:
     """A local --output that cannot become a folder stops the command before any work (the
     build would otherwise fail only after it ran). Remote URLs are left to their writers."""
@@ -665,6 +707,10 @@ def check_output_folder(output: str) -> None:
     path = os.path.abspath(output)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--output {output} is an existing file, not a folder")
+    foreign = not_a_build(path)
+    if foreign:
+        raise UsageError(f"--output {output} holds files no build wrote (e.g. {foreign!r}) and "
+                         "no reports/build.json; give a new or empty folder, or one a build wrote")
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)

@@ -287,6 +287,7 @@ def test_every_option_beam_knows_is_accepted(capsys):
                                   "'quickdraw'?"),
     (["--scenarios", "rod,,vsdo"], "--scenarios: unknown scenario 'vsdo'; did you mean 'vsod'?"),
     (["--scenarios", ","], "--scenarios ',' names no scenario"),
+    (["--scenarios", ""], "--scenarios '' names no scenario"),
     (["--source", "quickdrw=/x"], "unknown scenario 'quickdrw'; did you mean 'quickdraw'?"),
     (["--runner", "FnApiRuner"], "--runner: unknown runner 'FnApiRuner'; did you mean "
                                  "'FnApiRunner'?"),

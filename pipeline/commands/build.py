@@ -46,7 +46,7 @@ def choose_scenarios(spec: str) -> dict:
         registered = load_scenarios()
     except (ScenarioPathError, VocabularyError) as err:  # a scenario author's mistake
         raise SystemExit(f"scenario registry: {err}") from None
-    if spec in ("", "all"):
+    if spec == "all":
         return registered
     chosen = {}
     for name in (s.strip() for s in spec.split(",") if s.strip()):
@@ -586,8 +586,12 @@ def format_table(rows: list[tuple]) -> str:
 def check_bad_fraction(scenarios: dict, limit: float) -> None:
     bad = {n: r for n, r in scenarios.items() if r["bad_fraction"] > limit}
     if bad:
+        def reasons(r: dict) -> str:
+            return ", ".join(f"{reason} {count}"
+                             for reason, count in sorted(r["dead_letters_by_reason"].items()))
+
         detail = "; ".join(f"{n}: {r['dead_letters']} of {r['raw_items']} raw items "
-                           f"({r['bad_fraction']:.1%}), by reason {r['dead_letters_by_reason']}"
+                           f"({r['bad_fraction']:.1%}), by reason: {reasons(r)}"
                            for n, r in sorted(bad.items()))
         raise BuildFailed(f"too many bad inputs (--max_bad_fraction={limit}): {detail}. "
                           "See reports/dead_letters.jsonl for every path and reason.")

@@ -59,12 +59,14 @@ def parse_args(argv):
     parser.add_argument("--repeat", type=int, default=3,
                         help="Repetitions; the fastest counts (default: %(default)s).")
     parser.add_argument("--build_repeat", type=int, default=4,
-                        help="QuickDraw builds per size; the fastest counts (default: %(default)s).")
+                        help="QuickDraw builds per size; the fastest counts "
+                             "(default: %(default)s).")
     parser.add_argument("--workers", type=int, default=2,
                         help="--direct_num_workers of the QuickDraw builds (default: %(default)s).")
     parser.add_argument("--qd_files", type=int, default=3,
                         help="Real-size QuickDraw files (default: %(default)s).")
-    parser.add_argument("--videos", type=int, default=3, help="ChangeIt videos (default: %(default)s).")
+    parser.add_argument("--videos", type=int, default=3,
+                        help="ChangeIt videos (default: %(default)s).")
     parser.add_argument("--video_seconds", type=int, default=240,
                         help="Length of each ChangeIt video (default: %(default)s).")
     parser.add_argument("--rod_sequences", type=int, default=4,

@@ -174,16 +174,23 @@ def _in_fresh_process(name: str, path: str) -> dict:
         return pool.apply(_coco_job, (name, path))
 
 
-def _coco_job(name: str, path: str) -> dict:
-    import resource
+def memory_status(field: str) -> int:
+    """VmRSS (resident now) or VmHWM (its peak) of this process, in bytes. Unlike ru_maxrss,
+    which a spawned process inherits from its parent's size at fork, VmHWM starts afresh at
+    exec."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
+
+def _coco_job(name: str, path: str) -> dict:
     import ijson  # noqa: F401 - imported before the baseline, like the others
 
     from proactivebench_builder.transforms import coco
 
-    import psutil
-
-    base = psutil.Process().memory_info().rss  # resident now, after the imports
+    base = memory_status("VmRSS")  # resident now, after the imports
     start = time.perf_counter()
     if name == "reader":
         index = coco.read_index(path)
@@ -196,7 +203,7 @@ def _coco_job(name: str, path: str) -> dict:
             data = json.loads(handle.read())
         found = (len(data["images"]), len(data["annotations"]))
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = memory_status("VmHWM")
     return {"seconds": seconds, "memory_growth_bytes": peak - base, "found": found}
 
 
@@ -479,6 +486,12 @@ def main(argv=None) -> int:
     os.makedirs(args.workdir, exist_ok=True)
     load_before = os.getloadavg()
     figures = {}
+    if only and args.json:  # a partial run updates the figures of a previous full one
+        try:
+            with open(args.json) as handle:
+                figures = json.load(handle).get("real_sizes", {})
+        except (OSError, ValueError):
+            figures = {}
     if wanted("quickdraw") or wanted("quickdraw_build"):
         print("quickdraw: real-size files ...", flush=True)
         roots = real_sources.ensure_quickdraw(args.workdir, args.qd_files)

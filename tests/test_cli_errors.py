@@ -508,3 +508,19 @@ def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
                 pq.read_table(os.path.join(folder, name))
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert report["status"] == "failed" and report["failure"] == "interrupted (Ctrl-C)", report
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
+    """A source folder its scenario cannot list (here: no .ndjson files) fails the build in one
+    line, in-process and in worker processes, instead of Beam's tracebacks (twice, from the
+    worker's stderr and from its relayed log records)."""
+    (tmp_path / "src" / "quickdraw" / "simplified").mkdir(parents=True)
+    result = command([sys.executable, RUN_PIPELINE, f"--sources_root={tmp_path / 'src'}",
+                      "--scenarios=quickdraw", f"--output={tmp_path / 'out'}", RUNNER,
+                      f"--direct_num_workers={workers}"], cwd=str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in stderr_lines(result) if " INFO " not in line]
+    assert lines == [f"BUILD FAILED: quickdraw: no .ndjson files under "
+                     f"{tmp_path / 'src' / 'quickdraw' / 'simplified'} (expected the "
+                     "'simplified' family, one file per category)"], result.stderr

@@ -304,27 +304,42 @@ def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: 
         harness.default_sdk_harness_log_level = "WARNING"
 
 
-class _WorkerFailureRelay(logging.Filter):
-    """Drops the ERROR records Beam's local job service relays from a worker process (each a
-    whole traceback on one line, logged as 'Worker: ...'): the same failure reaches this process
-    as the pipeline's exception, which the command reports in one line (`--debug` shows its
-    traceback, and keeps these records)."""
+# Beam's loggers that report a failed step at ERROR, each with a whole traceback: the local job
+# service relaying a worker process's records ('Worker: ...'), the DoFn runner, and the SDK
+# worker ('Error processing instruction ...').
+BEAM_FAILURE_LOGGERS = ("apache_beam.runners.portability.local_job_service",
+                        "apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+
+
+class _FailureReportedElsewhere(logging.Filter):
+    """Drops ERROR records: the same failure reaches this process as the pipeline's exception,
+    which the command reports in one line (or with its traceback, for a bug)."""
 
     def filter(self, record) -> bool:
-        return not (record.levelno >= logging.ERROR and record.msg == "Worker: %s")
+        return record.levelno < logging.ERROR
 
 
 @contextlib.contextmanager
 def worker_failures_reported_once(debug: bool):
-    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
-    quiet = None if debug else _WorkerFailureRelay()
-    if quiet:
-        relay.addFilter(quiet)
+    """Unless --debug, a failed step is reported once, by the command, instead of also as
+    tracebacks from Beam's loggers and from the SDK worker's own print to stderr (silenced here
+    for an in-process worker; pipeline/worker_main.py does it in worker processes)."""
+    if debug:
+        yield
+        return
+    from proactivebench_builder.pipeline.worker_main import quiet_instruction_tracebacks
+
+    quiet = _FailureReportedElsewhere()
+    loggers = [logging.getLogger(name) for name in BEAM_FAILURE_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    restore = quiet_instruction_tracebacks()
     try:
         yield
     finally:
-        if quiet:
-            relay.removeFilter(quiet)
+        restore()
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = False) -> None:
@@ -758,12 +773,34 @@ def dispatch(argv: list[str]) -> int:
         print(f"BUILD REFUSED: {err}", file=sys.stderr)
         return 3
     except Exception as err:  # an I/O error (disk full, permissions) is one line, not a traceback
+        line = source_error_line(err)
+        if line is not None:  # a source folder that is not what its scenario reads
+            print(f"BUILD FAILED: {line}", file=sys.stderr)
+            return 2
         line = io_error_line(err)
         if line is None:
             raise
         print(f"BUILD FAILED: {line}", file=sys.stderr)
         return 1
     return 0
+
+
+def source_error_line(err: BaseException) -> str | None:
+    """The message of the `transforms.base.SourceError` behind `err` (a scenario found its
+    source folder unusable while listing it: no files, a missing labels file), which a worker
+    may have re-raised as text, else None."""
+    import re
+
+    from proactivebench_builder.transforms.base import SourceError
+
+    step = re.compile(r" \[while running [^\n]*\]$")  # the step Beam names after the message
+    seen = err
+    while seen is not None:
+        if isinstance(seen, SourceError):
+            return step.sub("", str(seen).splitlines()[0])
+        seen = seen.__cause__ or seen.__context__
+    match = re.search(r"SourceError: ([^\n]+)$", str(err), re.M)
+    return step.sub("", match[1]) if match else None
 
 
 def subcommands() -> dict:

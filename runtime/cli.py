@@ -29,11 +29,13 @@ from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 
 PROG = "python -m proactivebench_builder.runtime"
+JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked before any work (flags, values, model spec, scenario names);
     a mistake exits 2 with one line on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = CommandParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=CommandParser)
@@ -66,6 +68,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        # argparse would read the flag's value as the command ("invalid choice: 'oracle'").
+        shown = " ".join(argv[:2]) + (" ..." if len(argv) > 2 else "")
+        parser.error(f"the command is missing; did you mean: {PROG} evaluate {shown}?")
     args = parser.parse_args(argv)
     if os.path.isdir(args.results):
         ev.error(f"--results {args.results} is a folder; give the path of a JSONL file")
@@ -75,6 +81,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                 check_model_spec(spec)
         except ModelSpecError as err:
             ev.error(f"{flag}: {err}")
+    if args.judge is not None and not args.judge.startswith(JUDGE_KINDS):
+        ev.error(f"--judge: {args.judge!r} cannot judge: a judge writes text, so it is "
+                 "openai:MODEL[@BASE_URL] or hf:MODEL_ID (the built-in policies only play)")
+    if args.mode == "oeg" and args.judge is None:
+        ev.error("--mode oeg needs --judge SPEC: open-ended answers are scored by a judge model "
+                 "(openai:MODEL[@BASE_URL] or hf:MODEL_ID)")
     if args.scenarios != "all":
         aliases = envs.config_aliases()  # the names resolve_config accepts
         for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):

@@ -221,9 +221,55 @@ def test_oeg_with_policy_judge(built_miniature, tmp_path):
         def generate(self, messages):
             return "<think>x</think>\n1, 0"
     args = cli.parse_args(["evaluate", "--data", built_miniature, "--model", "oracle",
-                           "--mode", "oeg", "--scenarios", "quickdraw",
+                           "--mode", "oeg", "--scenarios", "quickdraw", "--judge", "openai:j",
                            "--results", str(tmp_path / "oeg.jsonl")])
     rows = list(loading.iter_rows(built_miniature, "QuickDraw"))
     result = cli.play_sample(rows[0], "QuickDraw", args, load_model("oracle"), Judge())
     assert result["valid_answers"].startswith("Add more details to the drawing, ")
     assert result["proactive_suggestion"] == 1 and result["aggregate"] == 1
+
+
+# ---- what the tester found (one test each) ----------------------------------------------------
+
+
+def _refused(capsys, argv) -> str:
+    """`evaluate` refusing before any work: exit 2 and its last stderr line (above it only the
+    lines naming skipped configs)."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit_:  # argparse's one-line error
+        status = exit_.code
+    assert status == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("judge", ["oracle", "random:3", "always-abstain"])
+def test_a_policy_cannot_judge(capsys, tmp_path, judge):
+    """Before: a 25-line traceback ending in NotImplementedError after playing."""
+    results = tmp_path / "r.jsonl"
+    line = _refused(capsys, ["evaluate", "--data", str(tmp_path), "--model", "oracle", "--mode",
+                             "oeg", "--judge", judge, "--results", str(results)])
+    assert f"--judge: {judge!r} cannot judge" in line and "openai:MODEL" in line
+    assert "hf:MODEL_ID" in line and not results.exists()
+
+
+def test_oeg_without_a_judge_is_refused(capsys, built_miniature, tmp_path):
+    """Before: every sample played and written, then "(no results)" and exit 0."""
+    results = tmp_path / "r.jsonl"
+    line = _refused(capsys, ["evaluate", "--data", built_miniature, "--model", "oracle",
+                             "--mode", "oeg", "--results", str(results)])
+    assert "--mode oeg needs --judge SPEC" in line and not results.exists()
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--model", "oracle", "--data", "X", "--results", "Y"], "evaluate --model oracle ...?"),
+    (["--data", "X"], "evaluate --data X?"),
+])
+def test_a_missing_command_is_named(capsys, argv, shown):
+    """Before: "invalid choice: 'oracle' (choose from 'evaluate')"."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"{cli.PROG}: error: the command is missing; did you mean: {cli.PROG} "
+                   f"{shown}")

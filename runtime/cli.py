@@ -75,7 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         # argparse would read the flag's value as the command ("invalid choice: 'oracle'").
-        shown = " ".join(argv[:2]) + (" ..." if len(argv) > 2 else "")
+        rest = [a for a in argv if a != "evaluate"]  # (a command given after a flag: moved)
+        shown = " ".join(rest[:2]) + (" ..." if len(rest) > 2 else "")
         parser.error(f"the command is missing; did you mean: {PROG} evaluate {shown}?")
     args = parser.parse_args(argv)
     if os.path.isdir(args.results):

@@ -308,6 +308,7 @@ def test_oeg_without_a_judge_is_refused(capsys, built_miniature, tmp_path):
 @pytest.mark.parametrize("argv, shown", [
     (["--model", "oracle", "--data", "X", "--results", "Y"], "evaluate --model oracle ...?"),
     (["--data", "X"], "evaluate --data X?"),
+    (["--debug", "evaluate", "--data", "X"], "evaluate --debug --data ...?"),
 ])
 def test_a_missing_command_is_named(capsys, argv, shown):
     """Before: "invalid choice: 'oracle' (choose from 'evaluate')"."""

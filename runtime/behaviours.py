@@ -353,7 +353,8 @@ def for_config(config: str) -> Behaviour:
     if cls is None:
         raise UnknownConfig(f"no registered scenario has config {config!r} (registered: "
                             f"{', '.join(c.config_name for c in load_scenarios().values())}); "
-                            "make its module visible (README: Adding a scenario)")
+                            "make its module visible with PROACTIVEBENCH_SCENARIO_PATH=FOLDER or an "
+                            "entry point (README: Adding a scenario)")
     play = cls.environment
     if play.behaviour not in BEHAVIOURS:
         raise UnknownConfig(f"scenario {cls.name!r}: unknown behaviour {play.behaviour!r} "

@@ -1,9 +1,14 @@
 """`python -m proactivebench_builder.runtime evaluate ...`: play a built benchmark against a model.
 
 Per-sample results go to a JSONL file as they finish (one line per sample: the trajectory and
-its outcome); a rerun with the same file skips the samples already there, so an interrupted run
-resumes. At the end a table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge)
-per scenario and on average is printed, computed from every matching line of the file.
+its outcome, and a fingerprint of the sample played, `loading.sample_fingerprint`); a rerun with
+the same file skips the samples already there, so an interrupted run resumes. Only lines of
+this run's settings for samples of the current --data are reused and scored: lines for samples
+no longer in the data (e.g. filtered out by a rebuild) are left out of the table, and lines for
+a current sample played on other content (a rebuild with another seed or sources, or a line
+written before lines had a fingerprint) are refused in one line before any work. At the end a
+table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge) per scenario and on
+average is printed. A run that would play nothing (no playable config) is refused.
 With --first-round-only the file holds first-turn predictions in the leakage filter's schema
 (`runtime.predictions_schema`).
 """
@@ -29,11 +34,13 @@ from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 
 PROG = "python -m proactivebench_builder.runtime"
+JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked before any work (flags, values, model spec, scenario names);
     a mistake exits 2 with one line on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = CommandParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=CommandParser)
@@ -66,6 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        # argparse would read the flag's value as the command ("invalid choice: 'oracle'").
+        rest = [a for a in argv if a != "evaluate"]  # (a command given after a flag: moved)
+        shown = " ".join(rest[:2]) + (" ..." if len(rest) > 2 else "")
+        parser.error(f"the command is missing; did you mean: {PROG} evaluate {shown}?")
     args = parser.parse_args(argv)
     if os.path.isdir(args.results):
         ev.error(f"--results {args.results} is a folder; give the path of a JSONL file")
@@ -75,6 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                 check_model_spec(spec)
         except ModelSpecError as err:
             ev.error(f"{flag}: {err}")
+    if args.judge is not None and not args.judge.startswith(JUDGE_KINDS):
+        ev.error(f"--judge: {args.judge!r} cannot judge: a judge writes text, so it is "
+                 "openai:MODEL[@BASE_URL] or hf:MODEL_ID (the built-in policies only play)")
+    if args.mode == "oeg" and args.judge is None:
+        ev.error("--mode oeg needs --judge SPEC: open-ended answers are scored by a judge model "
+                 "(openai:MODEL[@BASE_URL] or hf:MODEL_ID)")
     if args.scenarios != "all":
         aliases = envs.config_aliases()  # the names resolve_config accepts
         for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):
@@ -155,15 +173,10 @@ def evaluate(args) -> dict:
     model = load_model(args.model, **_model_options(args, args.model))
     judge = load_model(args.judge, **_model_options(args, args.judge)) if args.judge else None
     signature = run_signature(args, model.name)
-    previous = read_results(args.results)
-    done = {(r["config"], r["key"]) for r in previous if _matches(r, signature)}
-    todo = []
-    for config in selected_configs(args):
-        rows = list(loading.iter_rows(args.data, config, played_split(args)))
-        if args.mode == "oeg" and args.oeg_samples:
-            rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
-                                         args.oeg_samples)
-        todo += [(config, row) for row in rows if (config, row.get("key")) not in done]
+    samples = current_samples(args)  # {(config, key): (fingerprint, row)}
+    done = reusable_results(args.results, signature, samples, args.first_round_only)
+    todo = [(config, row) for (config, key), (_, row) in samples.items()
+            if (config, key) not in done]
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     with open(args.results, "a", encoding="utf-8") as out, \
             tqdm(total=len(todo), desc=f"{model.name} {args.mode}", unit="sample") as bar, \
@@ -171,19 +184,93 @@ def evaluate(args) -> dict:
         futures = [pool.submit(play_sample, row, config, args, model, judge)
                    for config, row in todo]
         try:
-            for future in futures:
+            for (config, row), future in zip(todo, futures):
                 result = dict(future.result())
                 result.setdefault("config", None)
                 # Prediction lines keep exactly the filter's schema (no run fields).
-                line = result if args.first_round_only else {**signature, **result}
+                line = result if args.first_round_only else {
+                    **signature, **result,
+                    SAMPLE_FINGERPRINT: samples[(config, row.get("key"))][0]}
                 out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
                 out.flush()
                 bar.update(1)
         except BaseException:  # Ctrl-C or a failing model: drop the queued samples, so only
             pool.shutdown(wait=False, cancel_futures=True)  # those in flight are waited for
             raise
-    results = [r for r in read_results(args.results) if _matches(r, signature)]
-    return summarise(results, args)
+    results = reusable_results(args.results, signature, samples, args.first_round_only)
+    return summarise(list(results.values()), args)
+
+
+# Each result line names the sample it was played on; a resume reuses a line only for the same
+# sample of the current --data (a rebuild with another seed, sources or filter changes rows).
+SAMPLE_FINGERPRINT = "sample_fingerprint"
+
+
+def current_samples(args) -> dict:
+    """{(config, key): (fingerprint, row)} of what this run plays; refuses, before any work, a
+    run that would play nothing (and says why)."""
+    configs = selected_configs(args)
+    if not configs:
+        raise SystemExit(f"nothing to evaluate: {why_no_configs(args)}")
+    split, samples = played_split(args), {}
+    for config in configs:
+        rows = list(loading.iter_rows(args.data, config, split))
+        if args.mode == "oeg" and args.oeg_samples:
+            rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
+                                         args.oeg_samples)
+        for row in rows:
+            samples[(config, row.get("key"))] = (row_fingerprint(row, args.first_round_only),
+                                                 row)
+    if not samples:
+        raise SystemExit(f"nothing to evaluate: the {split} split of {args.data} holds no "
+                         f"samples for {', '.join(configs)}")
+    return samples
+
+
+def why_no_configs(args) -> str:
+    found = loading.configs_in(args.data)
+    if not found:
+        return f"--data {args.data} holds no config"
+    if args.scenarios == "all":  # every config found was skipped, each named on stderr above
+        return (f"no config of {args.data} ({', '.join(found)}) has a registered scenario; "
+                "make the scenario modules visible with PROACTIVEBENCH_SCENARIO_PATH=FOLDER or "
+                "an entry point (README: Adding a scenario)")
+    return (f"--scenarios {args.scenarios} selects none of the playable configs of "
+            f"{args.data} (found: {', '.join(found)})")
+
+
+def row_fingerprint(row: dict, first_round_only: bool):
+    """What a result line records of its sample. Prediction lines keep the filter's schema, so
+    there it is the sample's id (which changes when the pool's keys change)."""
+    return row.get("id") if first_round_only else loading.sample_fingerprint(row)
+
+
+def line_fingerprint(line: dict, first_round_only: bool):
+    return line.get("id") if first_round_only else line.get(SAMPLE_FINGERPRINT)
+
+
+def reusable_results(path: str, signature: dict, samples: dict,
+                     first_round_only: bool) -> dict:
+    """{(config, key): line} of this run's earlier lines for samples of the current data (lines
+    for other samples are left out of the table). A line for a current key played on different
+    content (another build), or written before lines recorded their sample, is refused in one
+    line: its result cannot be reused nor silently replaced."""
+    reusable, stale = {}, []
+    for line in read_results(path):
+        ident = (line.get("config"), line.get("key"))
+        if not _matches(line, signature) or ident not in samples:
+            continue
+        if line_fingerprint(line, first_round_only) == samples[ident][0]:
+            reusable[ident] = line
+        else:
+            stale.append(line)
+    if stale:
+        old = sum(line_fingerprint(s, first_round_only) is None for s in stale)
+        why = (f" ({old} written before result lines recorded their sample)" if old else "")
+        raise SystemExit(f"--results {path} holds {len(stale)} results of {signature['model']} "
+                         f"from other data{why} (e.g. key {stale[0].get('key')!r}); use a new "
+                         "--results file or delete it")
+    return reusable
 
 
 def _matches(result: dict, signature: dict) -> bool:

@@ -17,6 +17,7 @@ Every config found in the data is played when a registered scenario declares it 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import sys
@@ -51,6 +52,19 @@ def check_data(data: str) -> None:
     elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
           or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
         raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
+
+
+def sample_fingerprint(row: dict) -> str:
+    """A digest of what a sample shows the model, the same for its Parquet row, its upstream
+    export and its Hub row: the key, id, frame ids and the upstream fields (prompt, options,
+    answer, steps...). Frame bytes are left out (Hub rows hold decoded images); they follow from
+    the key, the frame ids and the build's seed."""
+    from proactivebench_builder.pipeline.records import (
+        UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS)
+
+    fields = ("key", "frame_ids", *UPSTREAM_COMMON_FIELDS, *UPSTREAM_EXTRA_FIELDS)
+    identity = json.dumps({f: row.get(f) for f in fields}, sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
 
 
 def is_upstream_layout(data: str) -> bool:

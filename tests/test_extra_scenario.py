@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -218,3 +220,54 @@ def test_declaration_mistakes_are_caught_when_declared():
         Play(actions={"DEFOG": ("defog",)}, behaviour="steps")
     with pytest.raises(VocabularyError, match="last_turn"):
         Play(last_turn="never")
+
+
+# ---- the plug-in's build seen without the plug-in ------------------------------------------------
+
+
+def _without_the_plugin(tmp_path, *command: str) -> subprocess.CompletedProcess:
+    """A command run as a user would who forgot PROACTIVEBENCH_SCENARIO_PATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PROACTIVEBENCH_SCENARIO_PATH"}
+    return subprocess.run([sys.executable, *command], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_evaluate_without_the_plugin_says_nothing_was_evaluated(focus_build, tmp_path):
+    """Before: every config skipped, then "(no results)" and exit 0."""
+    _, output, _ = focus_build
+    results = tmp_path / "r.jsonl"
+    done = _without_the_plugin(tmp_path, "-m", "proactivebench_builder.runtime", "evaluate",
+                               "--data", output, "--model", "oracle", "--results", str(results))
+    assert done.returncode == 2 and not results.exists() and "(no results)" not in done.stdout
+    skipped, last = done.stderr.strip().splitlines()
+    assert "skipping config 'Focus'" in skipped
+    assert last == (f"python -m proactivebench_builder.runtime: error: nothing to evaluate: no "
+                    f"config of {output} (Focus) has a registered scenario; make the scenario "
+                    "modules visible with PROACTIVEBENCH_SCENARIO_PATH=FOLDER or an entry point "
+                    "(README: Adding a scenario)")
+
+
+def test_evaluate_scenarios_selecting_no_config_of_the_data(focus_build, tmp_path, capsys):
+    _, output, _ = focus_build
+    results = tmp_path / "r.jsonl"
+    assert cli.main(["evaluate", "--data", output, "--model", "oracle", "--scenarios",
+                     "quickdraw", "--results", str(results)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"python -m proactivebench_builder.runtime: error: nothing to evaluate: --scenarios "
+        f"quickdraw selects none of the playable configs of {output} (found: Focus)")
+    assert not results.exists()
+
+
+def test_validate_without_the_plugin_names_the_missing_scenario_once(focus_build, tmp_path):
+    """Before: one confusing line per option ("holds action keywords [] of the scenario's
+    actions [...]"). Now: one problem naming the config and how to make it visible."""
+    _, output, _ = focus_build
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = _without_the_plugin(tmp_path, os.path.join(repo, "run_pipeline.py"), "validate",
+                               output)
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "config 'Focus' has no registered scenario, so its options and steps were not checked: "
+        "make the scenario's module visible with PROACTIVEBENCH_SCENARIO_PATH=FOLDER or an "
+        "entry point of group proactivebench_builder.scenarios (README: Adding a scenario)"]
+    assert "FAILED: 1 problems" in done.stderr

@@ -5,6 +5,8 @@ first-round predictions schema)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
-from conftest import file_text
+from conftest import file_text, read_jsonl, run
 from proactivebench_builder.runtime import cli, loading, metrics, open_ended
 from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel, load_model
 from proactivebench_builder.runtime.predictions_schema import FIELDS, SCHEMA_VERSION
@@ -221,9 +223,98 @@ def test_oeg_with_policy_judge(built_miniature, tmp_path):
         def generate(self, messages):
             return "<think>x</think>\n1, 0"
     args = cli.parse_args(["evaluate", "--data", built_miniature, "--model", "oracle",
-                           "--mode", "oeg", "--scenarios", "quickdraw",
+                           "--mode", "oeg", "--scenarios", "quickdraw", "--judge", "openai:j",
                            "--results", str(tmp_path / "oeg.jsonl")])
     rows = list(loading.iter_rows(built_miniature, "QuickDraw"))
     result = cli.play_sample(rows[0], "QuickDraw", args, load_model("oracle"), Judge())
     assert result["valid_answers"].startswith("Add more details to the drawing, ")
     assert result["proactive_suggestion"] == 1 and result["aggregate"] == 1
+
+
+# ---- what the tester found (one test each) ----------------------------------------------------
+
+
+def _refused(capsys, argv) -> str:
+    """`evaluate` refusing before any work: exit 2 and its last stderr line (above it only the
+    lines naming skipped configs)."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit_:  # argparse's one-line error
+        status = exit_.code
+    assert status == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_resume_only_reuses_results_of_the_current_build(built_miniature, miniature_root,
+                                                         tmp_path, capsys):
+    """Before: a rebuilt folder with the same --results played nothing and printed the old
+    table (n of the old build). Now: results of samples no longer in the data are not scored,
+    and results of samples whose content changed (another seed) are refused in one line."""
+    results = str(tmp_path / "oracle.jsonl")
+    common = ["evaluate", "--model", "oracle", "--scenarios", "quickdraw", "--results", results]
+    assert cli.main([*common, "--data", built_miniature]) == 0
+    pool = {r["key"] for r in loading.iter_rows(built_miniature, "QuickDraw")}
+    first = read_jsonl(results)
+    assert {r["key"] for r in first} == pool and all(r["sample_fingerprint"] for r in first)
+    capsys.readouterr()
+    # A rebuild filtered by predictions: fewer test rows, same content for those kept.
+    leaked = sorted(pool)[:2]
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps({
+        "schema_version": SCHEMA_VERSION, "model": "m", "config": "QuickDraw", "key": r["key"],
+        "id": r["id"], "answer_text": "A", "chosen_option": "A", "correct": r["key"] in leaked})
+        + "\n" for r in loading.iter_rows(built_miniature, "QuickDraw", "unfiltered")))
+    filtered = str(tmp_path / "filtered")
+    run(filtered, miniature_root, "quickdraw", f"--predictions={predictions}")
+    assert cli.main([*common, "--data", filtered]) == 0
+    assert read_jsonl(results) == first                     # nothing replayed
+    out = capsys.readouterr().out
+    table = cli.evaluate(cli.parse_args([*common, "--data", filtered]))
+    assert table["QuickDraw"]["n"] == len(pool) - 2 and f" {len(pool) - 2} " in out
+    # A rebuild with another seed: same keys, other content: refused before any work.
+    reseeded = str(tmp_path / "reseeded")
+    run(reseeded, miniature_root, "quickdraw", "--seed=7")
+    line = _refused(capsys, [*common, "--data", reseeded])
+    assert f"--results {results} holds " in line and "results of oracle from other data" in line
+    assert "use a new --results file or delete it" in line
+    assert read_jsonl(results) == first
+    # A results file written before lines recorded their sample: refused, the way out named.
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "sample_fingerprint"})
+                           + "\n" for r in first))
+    line = _refused(capsys, [*common[:-1], str(old), "--data", built_miniature])
+    assert "written before result lines recorded their sample" in line
+    assert "use a new --results file or delete it" in line
+
+
+@pytest.mark.parametrize("judge", ["oracle", "random:3", "always-abstain"])
+def test_a_policy_cannot_judge(capsys, tmp_path, judge):
+    """Before: a 25-line traceback ending in NotImplementedError after playing."""
+    results = tmp_path / "r.jsonl"
+    line = _refused(capsys, ["evaluate", "--data", str(tmp_path), "--model", "oracle", "--mode",
+                             "oeg", "--judge", judge, "--results", str(results)])
+    assert f"--judge: {judge!r} cannot judge" in line and "openai:MODEL" in line
+    assert "hf:MODEL_ID" in line and not results.exists()
+
+
+def test_oeg_without_a_judge_is_refused(capsys, built_miniature, tmp_path):
+    """Before: every sample played and written, then "(no results)" and exit 0."""
+    results = tmp_path / "r.jsonl"
+    line = _refused(capsys, ["evaluate", "--data", built_miniature, "--model", "oracle",
+                             "--mode", "oeg", "--results", str(results)])
+    assert "--mode oeg needs --judge SPEC" in line and not results.exists()
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--model", "oracle", "--data", "X", "--results", "Y"], "evaluate --model oracle ...?"),
+    (["--data", "X"], "evaluate --data X?"),
+    (["--debug", "evaluate", "--data", "X"], "evaluate --debug --data ...?"),
+])
+def test_a_missing_command_is_named(capsys, argv, shown):
+    """Before: "invalid choice: 'oracle' (choose from 'evaluate')"."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"{cli.PROG}: error: the command is missing; did you mean: {cli.PROG} "
+                   f"{shown}")

@@ -24,7 +24,8 @@ cap is present, by the behaviour the config's scenario declares (`transforms.env
 5 levels, COCO's one full image whose first view is a non-empty box, and the generic frame
 ladder's frames from `first_image` to `reference_image` within `num_images` turns. Options are
 matched against the scenario's own action keywords. A config no registered scenario declares
-gets the default rule `num_images == len(frame_ids)` and every known keyword. A config listed by
+(e.g. a plug-in scenario validated without PROACTIVEBENCH_SCENARIO_PATH) is one problem naming
+the way to make it visible; its options and steps are not checked. A config listed by
 the card without a test shard is reported: `load_dataset(..., split="test")` would fail on it.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ from proactivebench_builder.pipeline.commands.arguments import (
     DEBUG_HELP, CommandParser, run_command)
 from proactivebench_builder.pipeline.images import BadImage, check_image
 from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
-from proactivebench_builder.transforms import load_scenarios
+from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, scenario_for_config
 from proactivebench_builder.transforms import vocabulary
 from proactivebench_builder.transforms.environment import Play
 
@@ -510,15 +511,26 @@ def step_rule(config: str):
     return STEP_RULES.get(play.behaviour, steps_default)
 
 
+def unregistered_problem(config: str) -> str | None:
+    """One line for a config whose scenario is not registered here: its options and steps can
+    only be checked against the scenario's own declaration (one line, not one per row)."""
+    if scenario_for_config(config) is not None:
+        return None
+    return (f"config {config!r} has no registered scenario, so its options and steps were not "
+            f"checked: make the scenario's module visible with {PATH_VARIABLE}=FOLDER or an "
+            "entry point of group proactivebench_builder.scenarios (README: Adding a scenario)")
+
+
 def row_problems(row: dict, config: str) -> list[str]:
     problems = []
     for field in ("key", "id", "prompt", "image_template"):
         if row.get(field) in (None, ""):
             problems.append(f"{field} is empty")
     problems += category_problems(row)
-    problems += option_problems(row, config)
+    registered = scenario_for_config(config) is not None  # else: one problem for the config
+    problems += option_problems(row, config) if registered else []
     problems += frame_id_problems(row)
-    problems += step_rule(config)(row)
+    problems += step_rule(config)(row) if registered else []
     problems += frame_problems(row)
     return problems
 
@@ -554,6 +566,8 @@ class FolderValidator:
             self.problems.append("no Parquet shards found (expected DIR/<config>/test-*.parquet)")
         train = train_shards(self.root)
         self.problems += check_card(self.root, folders, train)
+        for config in sorted({config for _, config in folders}):
+            self.problems += [p for p in [unregistered_problem(config)] if p]
         for (split, config), names in sorted(folders.items()):
             self.problems += check_shard_names(split, config, names)
             for name in names:

@@ -278,6 +278,20 @@ def test_metadata_linked_out_of_the_sources_root_is_never_followed(name, relativ
     assert OUTSIDE_MARKER.encode() not in every_output_byte(output)
 
 
+def test_a_labels_file_named_outright_outside_the_root_is_the_users_own(tmp_path_factory):
+    """Only source files are held to the root: VSOD's `labels_file` given as an absolute path
+    (the user's configuration, not a link in a download) is read wherever it is."""
+    from proactivebench_builder.transforms import get_scenario
+
+    root = str(tmp_path_factory.mktemp("vsod_labels_abs"))
+    shutil.copytree(private_miniature(tmp_path_factory, "vsod"), root, dirs_exist_ok=True)
+    scenario = get_scenario("vsod")(0, os.path.join(root, "vsod"))
+    outside = str(tmp_path_factory.mktemp("vsod_labels_elsewhere") / "labels.csv")
+    shutil.move(scenario.labels_url(), outside)
+    scenario.params["labels_file"] = outside
+    assert scenario.list_units() and scenario.labels()[0]
+
+
 # ---- 3. one writer per output folder ---------------------------------------------------------
 
 def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniature_root):

@@ -199,6 +199,99 @@ def test_links_out_of_the_sources_root_are_never_followed(name, tmp_path_factory
     assert all(os.path.realpath(outside) in d["reason"] for d in letters)
 
 
+# A metadata file or folder of a scenario (not a frame) replaced by a link to a copy outside the
+# sources root. (scenario, path under the sources root, what it becomes): "failure" for a file
+# every item needs (the build stops, naming the link), "dead letter" for a per-unit or per-item
+# one (its unit's or items' dead letters, counted). QuickDraw's .ndjson files are left to
+# test_quickdraw*.py.
+METADATA_LINKS = [
+    ("coco", "coco/annotations/instances_val2014.json", "failure"),
+    ("changeit", "changeit/categories.csv", "failure"),
+    ("changeit", "changeit/labels.csv", "failure"),
+    ("changeit", "changeit/videos/apple.csv", "dead letter"),
+    ("changeit", "changeit/annotations/apple", "dead letter"),
+    ("vsod", "vsod/proactivebench_vsod_labels.csv", "failure"),
+    ("vsod", "vsod/OcclusionDataSet-MM20/Annotations/test/seg_0001", "dead letter"),
+    ("rod", "rod/dataset_info.json", "failure"),
+    ("mvpn", "mvpn/data/test_list/test_0000_100.pkl", "dead letter"),
+    ("mvpn", "mvpn/data/test_list", "failure"),
+    ("imagenet_c", "ImageNet-C/brightness/5/n01440764", "dead letter"),
+]
+OUTSIDE_MARKER = "OUTSIDE-THE-SOURCES-ROOT-METADATA"
+
+
+def with_marker(path: str) -> None:
+    """Put the marker into a file so that it still parses as its format (a reader that followed
+    the link would take it in): a top-level key of a JSON object, an XML comment after the root,
+    a last line of a CSV (a malformed row), bytes after an image or a pickle's STOP."""
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        data[OUTSIDE_MARKER] = OUTSIDE_MARKER
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        return
+    extra = {".xml": f"<!-- {OUTSIDE_MARKER} -->", ".csv": f"\n{OUTSIDE_MARKER},x,y\n"}.get(
+        os.path.splitext(path)[1], OUTSIDE_MARKER)
+    with open(path, "ab") as handle:
+        handle.write(extra.encode("utf-8"))
+
+
+def link_out(root: str, relative: str, outside: str) -> str:
+    """Move `relative` (a file or folder) to `outside`, marked, and leave a link to it."""
+    path = os.path.join(root, relative)
+    target = os.path.join(outside, os.path.basename(path))
+    shutil.move(path, target)
+    for folder, _, names in os.walk(target) if os.path.isdir(target) else [("", [], [target])]:
+        for name in names:
+            with_marker(os.path.join(folder, name))
+    os.symlink(target, path)
+    return os.path.realpath(target)
+
+
+@pytest.mark.parametrize("name,relative,outcome", METADATA_LINKS,
+                         ids=[f"{n}:{r.split('/', 1)[1]}" for n, r, _ in METADATA_LINKS])
+def test_metadata_linked_out_of_the_sources_root_is_never_followed(name, relative, outcome,
+                                                                   tmp_path_factory):
+    """Not only frames: an annotation file, a CSV, a label file, a list or a folder of them
+    that resolves outside the sources root is never read. A file every item needs stops the
+    build with a failure naming the link and its target; a per-unit one is counted dead
+    letters naming them; either way no byte of the outside copy reaches the output."""
+    root = str(tmp_path_factory.mktemp(f"{name}_meta_linked"))
+    shutil.copytree(private_miniature(tmp_path_factory, name), root, dirs_exist_ok=True)
+    assert os.path.exists(os.path.join(root, relative)), f"the miniature lost {relative}"
+    target = link_out(root, relative, str(tmp_path_factory.mktemp(f"{name}_meta_outside")))
+    link = relative.split("/", 1)[1]  # as a dead letter names it: relative to the scenario root
+    output = str(tmp_path_factory.mktemp(f"{name}_meta_out") / "out")
+    if outcome == "failure":
+        with pytest.raises(Exception, match="link outside the sources root"):
+            run(output, root, name, "--max_bad_fraction=1", "--final_validation=off")
+        failure = read_json(os.path.join(output, "reports", "build.json"))["failure"]
+        assert f"{link} -> {target}" in failure, failure
+        assert not shard_files(output)
+    else:
+        report = run(output, root, name, "--max_bad_fraction=1", "--final_validation=off")
+        accounted(report)
+        letters = [d for d in dead_letters(output) if "link outside the sources root" in d["reason"]]
+        assert letters, dead_letters(output)[:5]
+        assert all(target in d["reason"] and link in d["reason"] for d in letters), letters[:3]
+    assert OUTSIDE_MARKER.encode() not in every_output_byte(output)
+
+
+def test_a_labels_file_named_outright_outside_the_root_is_the_users_own(tmp_path_factory):
+    """Only source files are held to the root: VSOD's `labels_file` given as an absolute path
+    (the user's configuration, not a link in a download) is read wherever it is."""
+    from proactivebench_builder.transforms import get_scenario
+
+    root = str(tmp_path_factory.mktemp("vsod_labels_abs"))
+    shutil.copytree(private_miniature(tmp_path_factory, "vsod"), root, dirs_exist_ok=True)
+    scenario = get_scenario("vsod")(0, os.path.join(root, "vsod"))
+    outside = str(tmp_path_factory.mktemp("vsod_labels_elsewhere") / "labels.csv")
+    shutil.move(scenario.labels_url(), outside)
+    scenario.params["labels_file"] = outside
+    assert scenario.list_units() and scenario.labels()[0]
+
+
 # ---- 3. one writer per output folder ---------------------------------------------------------
 
 def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniature_root):

@@ -197,11 +197,40 @@ class Scenario:
         """The bytes of a source file; raise BadItem when a local file resolves outside the
         source root (a symlink in the download, e.g. from an extracted archive): sources are
         untrusted, and a link must not pull other files of this machine into the output."""
+        return fileio.read_bytes(self.inside_root(url))
+
+    def inside_root(self, url: str) -> str:
+        """`url` itself, once checked to resolve inside the source root; else raise BadItem
+        naming the link and its target. Call it on every local source path before opening
+        (a stream, a listing): `fs.open(self.inside_root(url))`, `self.list_source(folder)`.
+        Raised in `read_unit` it is the unit's dead letter; in `build_sample` the item's."""
         target = self.outside_root(url)
         if target is not None:
             raise BadItem(f"link outside the sources root: {self.relative(url)} -> {target}",
                           self.relative(url))
-        return fileio.read_bytes(url)
+        return url
+
+    def require_inside_root(self, url: str, needed_for: str) -> str:
+        """`url` itself when it resolves inside the source root; else raise SourceError (a
+        clear build failure naming the link and its target) for a file that every item of
+        the scenario needs, so that nothing at all could be built from it."""
+        target = self.outside_root(url)
+        if target is not None:
+            raise SourceError(f"{self.name}: link outside the sources root: "
+                              f"{self.relative(url)} -> {target} ({needed_for}; sources are "
+                              f"untrusted, so a link out of the root is never followed)")
+        return url
+
+    def read_source_text(self, url: str) -> str:
+        """A source text file (metadata, CSV, labels) checked like `read_source`; a UTF-8 BOM
+        is dropped."""
+        return self.read_source(url).decode("utf-8-sig")
+
+    def list_source(self, folder: str) -> list[str]:
+        """`fileio.list_names` of a source folder, once checked to resolve inside the source
+        root: a folder linked out of the root would otherwise list (and lead the scenario to
+        open) another folder of this machine."""
+        return fileio.list_names(self.inside_root(folder))
 
     def outside_root(self, url: str) -> str | None:
         """Where a local `url` really is, when that is outside the (resolved) source root;

@@ -337,7 +337,8 @@ class ChangeIt(Scenario):
             if not fileio.exists(self.path(name)):
                 raise SourceError(f"changeit: no {name} under {self.root} (expected a clone of "
                                   f"github.com/soCzech/ChangeIt)")
-        folder = self.path("annotations")
+            self.require_inside_root(self.path(name), "a table every category needs")
+        folder = self.require_inside_root(self.path("annotations"), "the annotations folder")
         units = [fileio.join(folder, n) for n in fileio.list_names(folder)
                  if not n.startswith(".") and fileio.is_dir(fileio.join(folder, n))]
         if not units:
@@ -346,12 +347,12 @@ class ChangeIt(Scenario):
 
     def read_unit(self, unit: str):
         category = posixpath.basename(unit)
-        actions = parse_categories_csv(
-            fileio.read_bytes(self.path("categories.csv")).decode("utf-8-sig"))
-        labels = parse_labels_csv(fileio.read_bytes(self.path("labels.csv")).decode("utf-8-sig"))
+        # checked again here (BadItem: the unit's dead letter), as every file of the unit
+        actions = parse_categories_csv(self.read_source_text(self.path("categories.csv")))
+        labels = parse_labels_csv(self.read_source_text(self.path("labels.csv")))
         listed, list_problem = self._listed_ids(category)
         problem = self._category_problem(category, actions) or list_problem
-        for name in fileio.list_names(unit):
+        for name in self.list_source(unit):
             if name.startswith("."):
                 continue
             path = fileio.join(unit, name)
@@ -381,9 +382,11 @@ class ChangeIt(Scenario):
     def _listed_ids(self, category: str) -> tuple[set, str]:
         url = self.path("videos", f"{category}.csv")
         try:
-            return set(parse_video_list(fileio.read_bytes(url).decode("utf-8-sig"))), ""
+            return set(parse_video_list(self.read_source_text(url))), ""
         except FileNotFoundError:
             return set(), f"inconsistent source: no id list videos/{category}.csv"
+        except BadItem as err:  # a link out: every video of the category is a dead letter
+            return set(), err.reason
 
     def _category_problem(self, category: str, actions: dict) -> str:
         if category not in actions:
@@ -469,7 +472,7 @@ class ChangeIt(Scenario):
                       f"{self.params['video_dir']}/{category}/{video_id}")
 
     def _check_video(self, url: str, item: dict) -> None:
-        reader = VideoReader(url)
+        reader = VideoReader(self.inside_root(url))  # checked before OpenCV opens it
         try:
             self._check_opened_video(reader, item)
         finally:
@@ -501,11 +504,8 @@ class ChangeIt(Scenario):
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
-            outside = self.outside_root(url)
-            if outside is not None:  # a video is a source file like any other
-                raise BadItem(f"link outside the sources root: {self.relative(url)} -> "
-                              f"{outside}", self.relative(url))
-            self._reader = VideoReader(url)
+            # a video is a source file like any other
+            self._reader = VideoReader(self.inside_root(url))
         return self._reader
 
     def load_frame(self, ref: dict) -> bytes:

@@ -832,6 +832,8 @@ class Coco(Scenario):
             raise SourceError(f"coco: no annotation file {self.annotation_url} (expected "
                               f"annotations/instances_{self.split}2014.json from "
                               f"annotations_trainval2014.zip)")
+        self.require_inside_root(self.annotation_url, "the annotation file of every sample")
+        self.require_inside_root(self.path(self.image_folder), "the folder of every image")
         if not fileio.is_dir(self.path(self.image_folder)):
             raise SourceError(f"coco: no image folder {self.path(self.image_folder)} (expected "
                               f"{self.image_folder}/ from {self.image_folder}.zip)")
@@ -843,7 +845,7 @@ class Coco(Scenario):
     def read_unit(self, unit: str):
         url, _, spec = unit.partition("#shard=")
         shard, shards = (int(v) for v in spec.split("/"))
-        index = load_index(url)
+        index = load_index(self.inside_root(url))  # checked again: the unit's dead letter
         where = self.relative(url)
         for position, (location, reason) in enumerate(index.malformed):
             if shard_of(position, shards) == shard:

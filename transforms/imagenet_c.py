@@ -100,7 +100,7 @@ class ImageNetC(Scenario):
         corruptions = self.present_corruptions()
         names = []
         for corruption in corruptions:
-            names = fileio.list_names(self.path(corruption, "5", wnid))
+            names = self.list_source(self.path(corruption, "5", wnid))
             if names:
                 break
         if wnid not in self.class_names:

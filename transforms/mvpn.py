@@ -190,7 +190,8 @@ class MVPN(Scenario):
         if self.params.get("frame_ids", "view") not in ("view", "position"):
             raise ManifestError(f"mvpn: parameters.frame_ids must be view or position, "
                                 f"got {self.params['frame_ids']!r}")
-        folder = self.path("data", f"{self.split}_list")
+        folder = self.require_inside_root(self.path("data", f"{self.split}_list"),
+                                          "the folder of every sample list")
         names = [n for n in fileio.list_names(folder)
                  if n.startswith(f"{self.split}_") and n.endswith(".pkl")]
         if not names:

@@ -234,6 +234,7 @@ class ROD(Scenario):
         url = self.path("dataset_info.json")
         if not fileio.exists(url):
             return
+        self.require_inside_root(url, "the class table the whole scenario is checked against")
         try:
             info = json.loads(fileio.read_bytes(url))
             names = info["features"]["label"]["names"]

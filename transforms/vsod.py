@@ -287,24 +287,37 @@ class VSOD(Scenario):
 
     def labels_url(self) -> str:
         name = self.params["labels_file"]
-        return name if "://" in name or name.startswith("/") else self.path(name)
+        return self.path(name) if self.labels_in_root() else name
+
+    def labels_in_root(self) -> bool:
+        """Whether the labels file is named relative to the source root (a source file, checked
+        like the frames) rather than outright (an absolute path or a URL: the user's own)."""
+        name = self.params["labels_file"]
+        return not ("://" in name or name.startswith("/"))
 
     def labels(self) -> tuple[list[dict], list[tuple[int, str]]]:
         url = self.labels_url()
         try:
-            text = fileio.read_bytes(url).decode("utf-8-sig")
+            # under the root it is a source file (untrusted, checked like the frames); a path
+            # or URL the manifest names outright is the user's own configuration
+            text = (self.read_source_text(url) if self.labels_in_root()
+                    else fileio.read_bytes(url).decode("utf-8-sig"))
         except FileNotFoundError:
             raise SourceError(f"vsod: no labels file at {url} (parameters.labels_file)") from None
         return parse_labels(text, self.manifest["categories"])
 
     def segments(self) -> list[str]:
-        names = set(fileio.list_names(self.tree("Data"))) | set(
-            fileio.list_names(self.tree("Annotations")))
+        names = set(self.list_source(self.tree("Data"))) | set(
+            self.list_source(self.tree("Annotations")))
         return sorted(names)
 
     def list_units(self) -> list[str]:
         if not fileio.is_dir(self.tree("Data")):
             raise SourceError(f"vsod: no frames folder {self.tree('Data')}")
+        if self.labels_in_root():
+            self.require_inside_root(self.labels_url(), "the labels of every segment")
+        for kind in ("Data", "Annotations"):
+            self.require_inside_root(self.tree(kind), f"the {kind} folder of every segment")
         self.labels()  # a missing or headerless labels file is a configuration error
         return [LABELS_UNIT] + [SEGMENT_UNIT + s for s in self.segments()]
 
@@ -354,7 +367,7 @@ class VSOD(Scenario):
             yield self.candidate(key, dict(analysis, label=label))
 
     def _files(self, folder: str, extensions: tuple[str, ...]) -> list[str]:
-        names = [n for n in fileio.list_names(folder)
+        names = [n for n in self.list_source(folder)
                  if n.lower().endswith(extensions) and not n.startswith(".")]
         if self.params.get("frame_order", "name") == "natural":
             names.sort(key=natural_key)

@@ -278,6 +278,25 @@ def test_an_unopenable_file_is_one_dead_letter_per_split(tmp_path):
         assert_balanced(values, label)
 
 
+def test_a_category_file_linked_out_of_the_root_is_never_read(tmp_path):
+    """A symlink out of the sources root (e.g. left by an extraction) is one dead letter per
+    split naming the link and its target; none of the outside file's drawings is read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = write_category(str(outside), "cat", generated_lines(1, 50))
+    os.makedirs(tmp_path / "quickdraw" / "simplified")
+    link = tmp_path / "quickdraw" / "simplified" / "cat.ndjson"
+    os.symlink(target, link)
+    values = list(scenario_at(tmp_path).read_unit_with_train(str(link)))
+    assert not [v for v in values if v["kind"] == "candidate"]
+    for label in ("quickdraw", TRAIN):
+        _, counts, dead = split_values(values, label)
+        assert counts["raw_items"] == 1 and len(dead) == 1, (label, counts, dead)
+        assert "link outside the sources root" in dead[0]["reason"], dead[0]
+        assert os.path.realpath(target) in dead[0]["reason"], dead[0]
+        assert_balanced(values, label)
+
+
 def test_a_build_reads_each_category_file_once_and_balances_both_splits(tmp_path,
                                                                         monkeypatch):
     rng = random.Random(6)

@@ -348,7 +348,8 @@ class FileScan:
         which order as the integers `hash_rank` makes); other lines go to `other_line`."""
         self.lines_done = 0
         try:
-            fs, path = fileio.filesystem(self.unit)
+            # a category file linked out of the sources root is the unit's dead letter
+            fs, path = fileio.filesystem(self.scenario.inside_root(self.unit))
             with fs.open(path, "rb") as handle:
                 pending, first, skipping = b"", True, False
                 while True:

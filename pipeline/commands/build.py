@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import sys
 
@@ -485,11 +484,11 @@ def failure_reason(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "interrupted (Ctrl-C)"
     first_line = (str(err).splitlines() or [""])[0]
-    # a scenario's SourceError (e.g. a link out of the sources root), which Beam re-raises
+    # a scenario's SourceError (e.g. a link out of the sources root), which Beam may re-raise
     # with the worker's traceback in its text: its own line says what is wrong
-    source_errors = re.findall(r"\bSourceError: (.+)", str(err))
-    if source_errors and not isinstance(err, OSError):
-        return f"SourceError: {source_errors[-1]}"
+    source = source_error_line(err)
+    if source is not None and not isinstance(err, OSError):
+        return f"SourceError: {source}"
     return io_error_line(err) or f"{type(err).__name__}: {first_line}"
 
 

@@ -8,7 +8,7 @@ then lands on the user's terminal. Here the root logger gets the noise filter an
 that drops records before Beam is imported, so the worker logs only through Beam's own handler,
 which relays each record to the build process (where `--sdk_harness_log_level_overrides`
 applies). A crash still prints its traceback: that goes to stderr directly, not through logging.
-`pipeline.commands.build` starts workers with this module instead of Beam's (it already hands
+`pipeline.local_runs` starts workers with this module instead of Beam's (it already hands
 Beam's job service the Popen that starts each worker).
 """
 import logging

@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 
 import apache_beam as beam
@@ -18,8 +17,14 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from proactivebench_builder.pipeline import fileio, integrity
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.arguments import (
-    CommandParser, UsageError, at_interrupt, closest, run_command, unknown_name)
+    CommandParser, UsageError, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
+# the runner's configuration and the local worker processes (re-exported: scripts and tests
+# reach them through this command)
+from proactivebench_builder.pipeline.local_runs import (  # noqa: F401
+    DASK_RUNNER, DEFAULT_DASK_PARTITIONS, DEFAULT_LOCAL_MODE, LOCAL_RUNNERS, available_cores,
+    configure_runner, flag_given, local_workers_apart_from_ctrl_c, no_timed_flushes,
+    quiet_worker_logs, worker_failures_reported_once)
 from proactivebench_builder.pipeline.manifests import (
     load_manifest, manifest_location, manifest_sha256, parameter_problem)
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
@@ -215,133 +220,6 @@ def check_predictions_cover_pool(params: dict) -> None:
         raise SystemExit(f"cannot filter: {problem}")
 
 
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-DEFAULT_DASK_PARTITIONS = 16
-
-
-# local runners, by the names configure_runner returns
-LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
-# The running mode of a local build that does not name one: worker processes, which share no
-# Python state and whose data plane has no timed flush (docs/stress.md: 30 repeated builds agree).
-DEFAULT_LOCAL_MODE = "multi_processing"
-
-
-def configure_runner(options: PipelineOptions, argv: list[str] | None = None) -> str:
-    """The runner's name, after accepting `--runner DaskRunner` (Beam knows it only by its
-    module path) and giving Dask a partition count when none is set: the DaskRunner otherwise
-    packs ~128 elements per partition, so a build would run on one worker.
-
-    A local run uses every core: one worker process per core (`--direct_num_workers`, in
-    DEFAULT_LOCAL_MODE) unless `argv` gives `--direct_num_workers` / `--direct_running_mode`
-    (`--direct_num_workers=N` alone gets N workers in DEFAULT_LOCAL_MODE).
-    Every local run also gets Beam's data plane without its timed flush (no_timed_flushes):
-    that flush is what once lost part of a two-thread build's output."""
-    standard = options.view_as(StandardOptions)
-    if standard.runner in ("DaskRunner", DASK_RUNNER):
-        from apache_beam.runners.dask.dask_runner import DaskOptions
-
-        standard.runner = DASK_RUNNER
-        dask = options.view_as(DaskOptions)
-        if dask.npartitions is None and dask.partition_size is None:
-            dask.npartitions = DEFAULT_DASK_PARTITIONS
-    runner = standard.runner or "DirectRunner"
-    if runner in LOCAL_RUNNERS:
-        from apache_beam.options.pipeline_options import DirectOptions
-
-        direct = options.view_as(DirectOptions)
-        if not flag_given(argv or [], "direct_num_workers"):
-            direct.direct_num_workers = available_cores()
-        # Beam's own default mode, in_memory, would run any number of workers as one
-        if direct.direct_num_workers > 1 and not flag_given(argv or [], "direct_running_mode"):
-            direct.direct_running_mode = DEFAULT_LOCAL_MODE
-        no_timed_flushes()
-    return runner
-
-
-def flag_given(argv: list[str], name: str) -> bool:
-    """Whether `argv` sets `--name` (spelled with `_` or `-`, with or without `=`)."""
-    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
-    return any(arg.split("=", 1)[0] in spellings for arg in argv)
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def no_timed_flushes() -> None:
-    """Turn off the timed flush of the FnApiRunner's gRPC data plane (Beam 2.77).
-
-    The runner's side of the data plane and its in-process (multi_threading) workers send a
-    bundle's data through a `TimeBasedBufferingClosableOutputStream`, whose thread flushes the
-    buffer every DATA_BUFFER_TIME_LIMIT_MS (1 s): it copies the buffer, hands the copy to the
-    send queue, then empties the buffer. The thread that writes elements takes no lock, so
-    elements written while the flusher is handing over its copy (the send queue can block) are
-    emptied with it, unsent. That is how a two-thread build once lost the last samples and
-    counts of two QuickDraw units, which arrive in one burst at the end of a unit (docs/stress.md
-    reproduces it). With the limit at 0, streams flush only by size, from the writing thread;
-    subprocess workers (multi_processing) already run so. A timed flush only helps streaming
-    latency, which a batch build does not need."""
-    from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
-    worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
-
-
-def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: bool) -> None:
-    """Worker processes (multi_processing) log straight to stderr: keep Beam's own chatter out
-    of a build's log (channels established, harness started, and two warnings every worker
-    gives at start: no main session to load, and our build flags, which the worker's Beam does
-    not know), and while the progress display is drawn, our INFO lines too (the display says
-    what they say, and a line written by another process under it would break it). Flags the
-    user gives are kept."""
-    from apache_beam.options.pipeline_options import WorkerOptions
-
-    harness = options.view_as(WorkerOptions)
-    if not flag_given(argv, "sdk_harness_log_level_overrides"):
-        harness.sdk_harness_log_level_overrides = {
-            "apache_beam": "WARNING", "apache_beam.options.pipeline_options": "ERROR",
-            "__main__": "ERROR"}  # the worker's entry point, sdk_worker_main
-    if show_progress and not flag_given(argv, "default_sdk_harness_log_level"):
-        harness.default_sdk_harness_log_level = "WARNING"
-
-
-# Beam's loggers that report a failed step at ERROR, each with a whole traceback: the local job
-# service relaying a worker process's records ('Worker: ...'), the DoFn runner, and the SDK
-# worker ('Error processing instruction ...').
-BEAM_FAILURE_LOGGERS = ("apache_beam.runners.portability.local_job_service",
-                        "apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
-
-
-class _FailureReportedElsewhere(logging.Filter):
-    """Drops ERROR records: the same failure reaches this process as the pipeline's exception,
-    which the command reports in one line (or with its traceback, for a bug)."""
-
-    def filter(self, record) -> bool:
-        return record.levelno < logging.ERROR
-
-
-@contextlib.contextmanager
-def worker_failures_reported_once(debug: bool):
-    """Unless --debug, a failed step is reported once, by the command, instead of also as
-    tracebacks from Beam's loggers and from the SDK worker's own print to stderr (silenced here
-    for an in-process worker; pipeline/worker_main.py does it in worker processes)."""
-    if debug:
-        yield
-        return
-    from proactivebench_builder.pipeline.worker_main import quiet_instruction_tracebacks
-
-    quiet = _FailureReportedElsewhere()
-    loggers = [logging.getLogger(name) for name in BEAM_FAILURE_LOGGERS]
-    for logger in loggers:
-        logger.addFilter(quiet)
-    restore = quiet_instruction_tracebacks()
-    try:
-        yield
-    finally:
-        restore()
-        for logger in loggers:
-            logger.removeFilter(quiet)
-
-
 def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = False) -> None:
     """Run the build graph to completion, showing its progress on stderr when asked (a local
     run only: the DoFns report into a folder of this machine, pipeline/progress.py). The
@@ -369,66 +247,6 @@ def run_pipeline(options: PipelineOptions, params: dict, show_progress: bool = F
             client = getattr(result, "client", None)
             if client is not None:
                 client.close()
-
-
-class _WorkerSubprocess:
-    """The `subprocess` module as Beam's local job service sees it, except that Popen starts
-    each worker in a session of its own, through pipeline/worker_main.py (Beam's worker with
-    our known noise silenced), and remembers it."""
-
-    def __init__(self, module):
-        self._module = module
-        self.started = []
-
-    def __getattr__(self, name):
-        return getattr(self._module, name)
-
-    def Popen(self, *args, **kwargs):  # noqa: N802 (the name Beam calls)
-        kwargs.setdefault("start_new_session", True)
-        if args and isinstance(args[0], str):  # Beam's command line, run with shell=True
-            from proactivebench_builder.pipeline import worker_main
-
-            args = (args[0].replace(f"-m {worker_main.BEAM_WORKER_MODULE}",
-                                    f"-m {worker_main.__name__}"),) + args[1:]
-        process = self._module.Popen(*args, **kwargs)
-        self.started.append(process)
-        return process
-
-
-@contextlib.contextmanager
-def local_workers_apart_from_ctrl_c():
-    """Beam's multi-processing workers (`--direct_running_mode=multi_processing`) start in the
-    build's process group, so a terminal's Ctrl-C reaches each of them as well, and each prints
-    its own KeyboardInterrupt tracebacks. Here they start in a session of their own (Beam has
-    no setting for it; its one Popen call, in `local_job_service`, is handed a `subprocess`
-    whose Popen adds `start_new_session`), so Ctrl-C reaches the build alone. The build ends
-    them silently (SIGKILL to their process group) the moment Ctrl-C is pressed, before Beam's
-    teardown asks them to stop (each would log that it is leaving), and when it stops early for
-    any other reason."""
-    if os.name != "posix":
-        yield
-        return
-    from apache_beam.runners.portability import local_job_service
-
-    original = local_job_service.subprocess
-    workers = _WorkerSubprocess(original)
-
-    def end_workers():
-        for process in workers.started:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:  # already gone
-                pass
-
-    local_job_service.subprocess = workers
-    try:
-        with at_interrupt(end_workers):  # at once: before Beam's teardown talks to them
-            yield
-    except BaseException:
-        end_workers()
-        raise
-    finally:
-        local_job_service.subprocess = original
 
 
 def run_build(argv: list[str]) -> dict:

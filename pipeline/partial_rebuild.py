@@ -58,8 +58,9 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
     kept = sorted(old_scenarios - chosen)
     if not kept:
         return None
-    if build_failed(previous):
-        raise UpdateRefused(f"cannot update {output}: it holds a failed build; {WAY_OUT}")
+    unusable = not_finished_ok(previous)
+    if unusable:
+        raise UpdateRefused(f"cannot update {output}: it holds {unusable}; {WAY_OUT}")
     mismatches = _setting_mismatches(previous, read_json(output, "filter.json") or {}, params)
     if mismatches:
         raise UpdateRefused(
@@ -78,9 +79,6 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
                                 if n in old_overrides}}
 
 
-FAILED_STATUSES = {"failed", "refused", "incomplete", "running", "started", "interrupted"}
-
-
 def unfinished(report: dict) -> bool:
     """A build.json that only says a build was under way (pipeline.integrity.mark_building)."""
     from proactivebench_builder.pipeline.integrity import BUILDING
@@ -88,12 +86,18 @@ def unfinished(report: dict) -> bool:
     return report.get("status") == BUILDING and "scenarios" not in report
 
 
-def build_failed(report: dict) -> bool:
-    """Whether build.json marks its build as not finished or refused (the markers a failed
-    build may carry; a report without any is a finished build)."""
-    status = str(report.get("status") or "").lower()
-    return (status in FAILED_STATUSES or report.get("failed") is True
-            or report.get("succeeded") is False)
+def not_finished_ok(report: dict) -> str | None:
+    """What the folder's build is when it did not finish with status "ok" (the only build
+    whose scenarios an update may keep), else None. A build killed after its reports were
+    written, before its final checks, still says "building"."""
+    from proactivebench_builder.pipeline.integrity import FAILED, OK
+
+    status = report.get("status")
+    if status == OK:
+        return None
+    if status == FAILED:
+        return "a failed build"
+    return f"a build that did not finish (status {status!r})"
 
 
 def _refuse_foreign_shards(output: str, params: dict) -> None:

@@ -138,3 +138,16 @@ def test_a_folder_marked_failed_is_not_updated(full, miniature_root):
         json.dump(report, handle)
     with pytest.raises(SystemExit, match="holds a failed build; rebuild every scenario"):
         run(full, miniature_root, "quickdraw")
+
+
+def test_a_build_killed_after_its_reports_is_not_updated(full, miniature_root):
+    """Its reports are written ("building", with every scenario) but its final checks never
+    ran: nothing says its shards can be kept."""
+    path = os.path.join(full, "reports", "build.json")
+    report = read_json(path)
+    report["status"] = "building"
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+    with pytest.raises(SystemExit, match="holds a build that did not finish "
+                                         r"\(status 'building'\); rebuild every scenario"):
+        run(full, miniature_root, "quickdraw")

@@ -13,7 +13,7 @@ import signal
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from proactivebench_builder.pipeline.commands.arguments import at_interrupt
+from proactivebench_builder.pipeline.commands.arguments import at_interrupt, canonical
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEFAULT_DASK_PARTITIONS = 16
@@ -60,8 +60,7 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
 
 def flag_given(argv: list[str], name: str) -> bool:
     """Whether `argv` sets `--name` (spelled with `_` or `-`, with or without `=`)."""
-    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
-    return any(arg.split("=", 1)[0] in spellings for arg in argv)
+    return any(canonical(arg.split("=", 1)[0]) == f"--{name}" for arg in argv)
 
 
 def available_cores() -> int:

@@ -310,18 +310,23 @@ def failure_reason(err: BaseException) -> str:
     return io_error_line(err) or f"{type(err).__name__}: {first_line}"
 
 
+def exception_chain(err: BaseException):
+    """`err`, then the exceptions it was raised from or while handling, innermost last."""
+    while err is not None:
+        yield err
+        err = err.__cause__ or err.__context__
+
+
 def io_error_line(err: BaseException) -> str | None:
     """`<strerror> (errno N): <path>` of the OS error behind `err`, which Beam may have wrapped
     (re-raised with the worker's traceback in its text), else None."""
     import re
 
-    seen = err
-    while seen is not None:
+    for seen in exception_chain(err):
         if isinstance(seen, OSError) and seen.errno:
             where = seen.filename or ""
             return f"{seen.strerror or os.strerror(seen.errno)} (errno {seen.errno})" + (
                 f": {where}" if where else "")
-        seen = seen.__cause__ or seen.__context__
     # a worker's traceback text may name the error first without its path (the `open` that
     # failed), then with it (as re-raised): the first mention with a path is the clearer one
     matches = list(re.finditer(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]+)')?", str(err)))
@@ -617,11 +622,9 @@ def source_error_line(err: BaseException) -> str | None:
     from proactivebench_builder.transforms.base import SourceError
 
     step = re.compile(r" \[while running [^\n]*\]$")  # the step Beam names after the message
-    seen = err
-    while seen is not None:
+    for seen in exception_chain(err):
         if isinstance(seen, SourceError):
             return step.sub("", str(seen).splitlines()[0])
-        seen = seen.__cause__ or seen.__context__
     match = re.search(r"SourceError: ([^\n]+)$", str(err), re.M)
     return step.sub("", match[1]) if match else None
 

@@ -3,7 +3,7 @@
 sources, into ./build/proactivebench, on the local runner. `--help` lists every flag."""
 import sys
 
-from proactivebench_builder.pipeline.commands.arguments import launch
+from proactivebench_builder.core.cli import launch
 
 if __name__ == "__main__":
     sys.exit(launch("run_pipeline.py", "proactivebench_builder.pipeline.commands.build"))

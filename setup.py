@@ -4,7 +4,7 @@ Dataflow's `--setup_file ./setup.py` packages for its workers."""
 from setuptools import setup
 
 NAMESPACE = "proactivebench_builder"
-FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime")
+FOLDERS = ("core", "pipeline", "transforms", "filters", "source_manifests", "runtime")
 
 setup(
     name="proactivebench-builder",
@@ -42,7 +42,7 @@ setup(
     },
     entry_points={"console_scripts": [
         # light launchers: Ctrl-C while Beam imports is one line too (commands/arguments.py)
-        "proactivebench-build=proactivebench_builder.pipeline.commands.arguments:build_main",
-        "proactivebench-eval=proactivebench_builder.pipeline.commands.arguments:evaluate_main",
+        "proactivebench-build=proactivebench_builder.core.cli:build_main",
+        "proactivebench-eval=proactivebench_builder.core.cli:evaluate_main",
     ]},
 )

@@ -104,9 +104,9 @@ def write_file(path: str, data: bytes) -> None:
 
 
 def manifest(name: str) -> dict:
-    from proactivebench_builder.pipeline.manifests import load_manifest
+    from proactivebench_builder.transforms import manifest_of
 
-    return load_manifest(name)
+    return manifest_of(name)
 
 
 # ---- pixels -------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ IMAGENET_C_CORRUPTIONS = ("contrast", "gaussian_noise")
 
 
 def write_imagenet_c(root: str, fraction: float, settings: dict) -> None:
-    from proactivebench_builder.pipeline.manifests import load_data_file
+    from proactivebench_builder.core.manifests import load_data_file
 
     info = manifest("imagenet_c")
     base = os.path.join(root, info["source_subdir"])

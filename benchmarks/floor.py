@@ -24,8 +24,8 @@ import tarfile
 import time
 from collections import Counter, defaultdict
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.images import check_image
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.images import check_image
 
 
 def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> dict:

@@ -251,7 +251,7 @@ def measure_coco(root: str, args) -> dict:
 # ---- ImageNet-C ---------------------------------------------------------------------------------
 
 def measure_imagenet_c(root: str, args) -> dict:
-    from proactivebench_builder.pipeline import fileio
+    from proactivebench_builder.core import fileio
     from proactivebench_builder.transforms.imagenet_c import ImageNetC
 
     base = os.path.join(root, "ImageNet-C")

@@ -222,7 +222,7 @@ def ensure_coco(workdir: str) -> str:
 # ---- ImageNet-C ---------------------------------------------------------------------------------
 
 def ensure_imagenet_c(workdir: str) -> str:
-    from proactivebench_builder.pipeline.manifests import load_data_file
+    from proactivebench_builder.core.manifests import load_data_file
 
     root = os.path.join(workdir, "imagenet_c")
     if done(root):

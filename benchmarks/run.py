@@ -69,10 +69,10 @@ def parse_args(argv):
 
 
 def sources_of(root: str) -> dict[str, str]:
-    from proactivebench_builder.pipeline.manifests import load_manifest
+    from proactivebench_builder.transforms import manifest_of
     from proactivebench_builder.transforms import load_scenarios
 
-    return {n: os.path.join(root, load_manifest(n)["source_subdir"]) for n in load_scenarios()}
+    return {n: os.path.join(root, manifest_of(n)["source_subdir"]) for n in load_scenarios()}
 
 
 def measure_fraction(fraction: float, args, settings: dict) -> dict:

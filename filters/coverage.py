@@ -130,7 +130,7 @@ def previous_pools(params: dict) -> dict[str, dict]:
     make the same pool (same code, seed, origin, sources, manifest and parameter overrides):
     {"keys", "ids": key -> id, "required": keys the filter judges}. Anything unreadable or
     different means no pool: the pool step checks instead."""
-    from proactivebench_builder.pipeline import fileio
+    from proactivebench_builder.core import fileio
 
     output = params["output"]
     try:
@@ -162,7 +162,7 @@ def previous_pools(params: dict) -> dict[str, dict]:
 def _read_pool(output: str, paths: list[str]) -> dict:
     import pyarrow.parquet as pq
 
-    from proactivebench_builder.pipeline import fileio
+    from proactivebench_builder.core import fileio
 
     keys, ids, required = [], {}, []
     for path in paths:

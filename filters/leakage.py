@@ -22,8 +22,8 @@ import apache_beam as beam
 from proactivebench_builder.filters import coverage
 from proactivebench_builder.filters.predictions import (PredictionsError, read_predictions,
                                                         sample_ref)
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.manifests import load_data_file
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.manifests import load_data_file
 
 RELEASED = "released"
 RELEASED_FILE = "released_keep_list.json"

@@ -22,7 +22,7 @@ import csv
 import io
 import json
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 SCHEMA_VERSION = 1
 REQUIRED = ("model", "config", "correct")

@@ -23,7 +23,8 @@ from collections import Counter
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import progress, results
+from proactivebench_builder.pipeline import progress
+from proactivebench_builder.core import results
 from proactivebench_builder.pipeline.reports import WriteReports
 from proactivebench_builder.pipeline.shards import (
     TEST, TRAIN, TRAIN_POOL, AssignIdsAndShards, WriteShard)
@@ -194,7 +195,7 @@ class BuildSample(beam.DoFn):
         progress.flush(self.params.get("progress_dir"))
 
     def built(self, value):
-        from proactivebench_builder.pipeline.records import check_row
+        from proactivebench_builder.core.records import check_row
         from proactivebench_builder.pipeline.train import is_train_label, train_example_values
         from proactivebench_builder.transforms.base import BadItem
 
@@ -237,7 +238,7 @@ class Spread(beam.PTransform):
     of them), over which the hash spreads the elements. On other runners it is just empty."""
 
     def expand(self, pcoll):
-        from proactivebench_builder.pipeline.seeding import stable_hash
+        from proactivebench_builder.core.seeding import stable_hash
 
         lanes = (
             pcoll.pipeline

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 
 CITATION = """@article{demin2026proactivebench,
   title   = {ProactiveBench: Benchmarking Proactiveness in Multimodal Large Language Models},
@@ -82,7 +82,7 @@ def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
 def render(report: dict, filters: dict, params: dict, extra_configs=None, train=None,
            files=None) -> str:
     names = [n for n in sorted(report) if report[n]["config"]]
-    manifests = {n: load_manifest(n) for n in names}
+    manifests = {n: manifest_of(n) for n in names}
     configs = [manifests[n]["config_name"] for n in names]
     licenses = sorted({f"{manifests[n]['dataset']}: {manifests[n]['license']}" for n in names})
     lines = [front_matter(configs, licenses, extra_configs, files), "# ProactiveBench (rebuilt)", "",

@@ -14,8 +14,8 @@ import json
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import fileio, results
-from proactivebench_builder.pipeline.records import UPSTREAM_EXTRA_FIELDS, empty_row
+from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core.records import UPSTREAM_EXTRA_FIELDS, empty_row
 from proactivebench_builder.pipeline.upstream_export import jsonl_name
 
 
@@ -93,7 +93,7 @@ class ImportRecord(beam.DoFn):
         yield results.sample(name, row)
 
     def _row(self, name: str, config: str, record: dict) -> dict:
-        from proactivebench_builder.pipeline.manifests import load_manifest
+        from proactivebench_builder.transforms import manifest_of
 
         row = empty_row()
         for field in ("id", "image_template", "first_image", "num_images", "reference_image",
@@ -109,7 +109,7 @@ class ImportRecord(beam.DoFn):
                 row[field] = float(row[field])
         row["key"] = record.get("key") or f"{config}/{row['id']}"
         row["frame_ids"] = upstream_frame_ids(config, record)
-        manifest = load_manifest(name)
+        manifest = manifest_of(name)
         row["source"] = record.get("source") or {
             "dataset": manifest["dataset"], "license": manifest["license"],
             "files": [f"{jsonl_name(config)}#id={row['id']}"]}

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 LOCK_NAME = ".build.lock"
 REPORT = "reports/build.json"

@@ -13,7 +13,7 @@ import signal
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from proactivebench_builder.pipeline.commands.arguments import at_interrupt, canonical
+from proactivebench_builder.core.cli import at_interrupt, canonical
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEFAULT_DASK_PARTITIONS = 16

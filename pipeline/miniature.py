@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 
 LOG = logging.getLogger(__name__)
 MARKER = ".miniature-complete"
@@ -19,7 +19,7 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
     """Write (once) the miniature source of every given scenario under `root`/<source_subdir>."""
     os.makedirs(root, exist_ok=True)
     for name, cls in sorted(scenario_classes.items()):
-        target = os.path.join(root, load_manifest(name)["source_subdir"])
+        target = os.path.join(root, manifest_of(name)["source_subdir"])
         version = generator_version(name, cls)
         if _read(os.path.join(target, MARKER)) == version:
             continue
@@ -38,10 +38,8 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
 
 def generator_version(name: str, cls) -> str:
     """Changes when the scenario's code or manifest changes, so a stale miniature is rewritten."""
-    from proactivebench_builder.pipeline.manifests import manifest_bytes
-
     digest = hashlib.sha256(inspect.getsource(inspect.getmodule(cls)).encode("utf-8"))
-    digest.update(manifest_bytes(f"{name}.yaml"))
+    digest.update(cls.manifest_sha256().encode("ascii"))
     return f"{name} {digest.hexdigest()}\n"
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from proactivebench_builder.pipeline.commands.arguments import (
-    fraction, positive_fraction, positive_int)
+from proactivebench_builder.core.cli import fraction, positive_fraction, positive_int
 
 DEFAULT_OUTPUT = "build/proactivebench"
 DEFAULT_MINIATURE_ROOT = "build/miniature_sources"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 REPORTS_DIR = "reports"
 WAY_OUT = ("rebuild every scenario of the folder (leave out --scenarios), or build into another "
@@ -149,7 +149,7 @@ def _train_plan(previous: dict, params: dict, kept: list[str], chosen: set[str],
     drawn next to their test picks: kept whole (returns None), or rebuilt whole (returns the
     kept scenarios whose train examples are read again: {name: source URL}, from the folder's
     build, with their overrides and an unchanged manifest)."""
-    from proactivebench_builder.pipeline.manifests import manifest_sha256
+    from proactivebench_builder.transforms import get_scenario
 
     old_train = set(((previous.get("train") or {}).get("scenarios") or {}))
     if not params.get("train_sources"):
@@ -174,7 +174,7 @@ def _train_plan(previous: dict, params: dict, kept: list[str], chosen: set[str],
                 f"cannot update {output}: the train split is rebuilt whole and needs {name}'s "
                 f"source ({where}), which is not there; add {name} to --scenarios with its "
                 f"source, or {WAY_OUT}")
-        if (old_stamp.get("manifests") or {}).get(name) != {"sha256": manifest_sha256(name)}:
+        if (old_stamp.get("manifests") or {}).get(name) != {"sha256": get_scenario(name).manifest_sha256()}:
             raise UpdateRefused(
                 f"cannot update {output}: the train split is rebuilt whole, and {name}'s manifest "
                 f"changed since the folder was built; add {name} to --scenarios, or {WAY_OUT}")

@@ -26,7 +26,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 PLOTS_DIR = ("reports", "plots")
 WIDTH = 960

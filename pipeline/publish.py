@@ -61,8 +61,8 @@ import zipfile
 
 import yaml
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.records import COLUMNS
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.records import COLUMNS
 
 CARD = "README.md"
 REPORTS_DIR = "reports"

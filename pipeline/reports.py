@@ -9,7 +9,8 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import dataset_card, fileio, upstream_export
+from proactivebench_builder.pipeline import dataset_card, upstream_export
+from proactivebench_builder.core import fileio
 from proactivebench_builder.pipeline.shards import TEST, UNFILTERED, split_folder
 
 LOG = logging.getLogger(__name__)

@@ -9,8 +9,9 @@ import tempfile
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import fileio, progress, results
-from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.core import fileio, results
+from proactivebench_builder.pipeline import progress
+from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
 
 LOG = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ def checked_frame(scenario, ref: dict) -> bytes:
     the sha256 recorded then, or (a reference without one) a complete image when decoded as the
     build validates. A source file changed, truncated, replaced by a link or removed since
     raises FrameChanged; the writer drops the row, and it becomes a dead letter."""
-    from proactivebench_builder.pipeline.images import BadImage, check_image
+    from proactivebench_builder.core.images import BadImage, check_image
 
     where = ref.get("url", "") + (f":{ref['member']}" if ref.get("member") else "")
     path = scenario.relative(ref["url"]) + (f":{ref['member']}" if ref.get("member") else "") \

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.records import train_arrow_schema
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.records import train_arrow_schema
 from proactivebench_builder.pipeline.shards import TRAIN, split_folder
 from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 
 UPSTREAM_DIR = "upstream"
 OWN_FIELDS = ("key", "question_type", "frame_ids", "source")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
@@ -54,9 +54,9 @@ def verify_source(name: str, root: str, manifest: dict) -> list[str]:
 
 
 def _packaged(name: str) -> dict:
-    from proactivebench_builder.pipeline.manifests import load_manifest
+    from proactivebench_builder.transforms import manifest_of
 
-    return load_manifest(name)
+    return manifest_of(name)
 
 
 def count_files(root: str, pattern: str) -> int:

@@ -14,7 +14,7 @@ Beam's job service the Popen that starts each worker).
 import logging
 import runpy
 
-from proactivebench_builder.pipeline.commands.arguments import silence_known_noise
+from proactivebench_builder.core.cli import silence_known_noise
 
 BEAM_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker_main"
 # Logged (WARNING) by every local worker that starts without a staging folder, which a local

@@ -13,8 +13,8 @@ import math
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.seeding import stable_hash
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.seeding import stable_hash
 
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.parquet"
 _HASH_SPACE = 2 ** 128

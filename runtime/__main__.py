@@ -1,6 +1,6 @@
 """`python -m proactivebench_builder.runtime evaluate ...` (see runtime/cli.py)."""
 import sys
 
-from proactivebench_builder.pipeline.commands.arguments import launch
+from proactivebench_builder.core.cli import launch
 
 sys.exit(launch("python -m proactivebench_builder.runtime", "proactivebench_builder.runtime.cli"))

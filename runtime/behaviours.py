@@ -17,8 +17,8 @@ import functools
 
 from PIL import Image
 
-from proactivebench_builder.transforms import vocabulary
-from proactivebench_builder.transforms.environment import Play
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.play import Play
 
 REWIND_OPTION = "Rewind the video."
 WAIT_MARKER = "Wait for the"

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from proactivebench_builder.pipeline.commands.arguments import (
+from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, closest, non_negative_int, positive_float, positive_int,
     run_command)
 from proactivebench_builder.runtime import environments as envs

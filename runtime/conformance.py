@@ -32,7 +32,7 @@ import subprocess
 from PIL import Image
 
 from proactivebench_builder.runtime import environments as envs
-from proactivebench_builder.runtime.prompts import CIT, COCO, INC, MVPN, QD, ROD, VSOD
+from proactivebench_builder.core.prompts import CIT, COCO, INC, MVPN, QD, ROD, VSOD
 
 CATEGORIES = ["Cat.", "Dog.", "Cow.", "Pig."]     # answer "Dog."
 

@@ -63,13 +63,14 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from proactivebench_builder.runtime import behaviours, prompts
+from proactivebench_builder.core import prompts
+from proactivebench_builder.core.prompts import (  # noqa: F401 (config names, re-exported)
+    CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD)
+from proactivebench_builder.runtime import behaviours
 from proactivebench_builder.runtime.behaviours import (  # noqa: F401 (re-exported names)
     COCO_MOVE_OPTIONS, COCO_ZOOM_OPTION, REWIND_OPTION, MalformedRecord, UnknownConfig,
     coco_crop_box)
-from proactivebench_builder.runtime.prompts import (  # noqa: F401 (config names, re-exported)
-    CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD)
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.core import vocabulary
 
 MODES = ("mcqa", "reference", "oeg")
 STOP = "STOP"

@@ -24,7 +24,7 @@ import sys
 from typing import Iterator
 
 from proactivebench_builder.runtime import environments as envs
-from proactivebench_builder.runtime.prompts import CIT, COCO, CONFIGS, INC, MVPN, ROD
+from proactivebench_builder.core.prompts import CIT, COCO, CONFIGS, INC, MVPN, ROD
 
 PARQUET_SPLITS = {"test": "", "unfiltered": "unfiltered"}
 JSONL_SUFFIX = "_preprocessed.jsonl"
@@ -59,8 +59,7 @@ def sample_fingerprint(row: dict) -> str:
     export and its Hub row: the key, id, frame ids and the upstream fields (prompt, options,
     answer, steps...). Frame bytes are left out (Hub rows hold decoded images); they follow from
     the key, the frame ids and the build's seed."""
-    from proactivebench_builder.pipeline.records import (
-        UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS)
+    from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 
     fields = ("key", "frame_ids", *UPSTREAM_COMMON_FIELDS, *UPSTREAM_EXTRA_FIELDS)
     identity = json.dumps({f: row.get(f) for f in fields}, sort_keys=True, default=str)

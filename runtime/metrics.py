@@ -7,7 +7,7 @@ scenarios present (the paper's "avg" column).
 """
 from __future__ import annotations
 
-from proactivebench_builder.runtime.prompts import CONFIGS, short_name
+from proactivebench_builder.core.prompts import CONFIGS, short_name
 
 
 def episode_metrics(stats: list[dict]) -> dict:

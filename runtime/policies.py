@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from proactivebench_builder.runtime.models import Model
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.core import vocabulary
 
 UNDISPLAYED_SUGGESTION = "Please show me another view."
 

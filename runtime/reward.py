@@ -8,7 +8,7 @@ is rewarded for what the benchmark will later accept.
 """
 from __future__ import annotations
 
-from proactivebench_builder.runtime.prompts import evaluate_answer
+from proactivebench_builder.core.prompts import evaluate_answer
 
 R_CORRECT = 1.0
 R_PROACTIVE = 0.5

@@ -12,13 +12,13 @@ from PIL import Image
 
 from conftest import (
     build_once, file_bytes, file_text, private_miniature, read_jsonl, run, shard_files)
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.changeit import (
     ACTION_QUESTIONS, LABEL_COLOURS_RGB, MINIATURE_VIDEOS, OBJECT_QUESTIONS, REWIND_OPTION,
     WAIT_OPTIONS, ChangeIt, Excluded, _expand_runs, parse_annotation, parse_categories_csv,
     parse_labels_csv, parse_video_list, plan_sequence, video_id_of)
-from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
+from proactivebench_builder.core.vocabulary import action_of, is_abstain
 
 # unmodified files of github.com/soCzech/ChangeIt at f93cd98 (MIT, see its LICENCE)
 REAL = os.path.join(os.path.dirname(__file__), "data", "changeit_repo")
@@ -80,7 +80,7 @@ def test_proactive_options_are_one_upstream_action_each():
 
 def test_real_categories_and_labels_parse_and_match_the_manifest():
     actions = parse_categories_csv(file_text(f"{REAL}/categories.csv"))
-    manifest = load_manifest("changeit")
+    manifest = manifest_of("changeit")
     assert len(actions) == 44 and actions["cube"] == "Rubik's Cube Solving"
     assert set(actions) == set(manifest["objects"])
     assert [[d, a] for d, a, _ in manifest["categories_table"]] == [[d, a] for d, a in actions.items()]
@@ -199,7 +199,7 @@ def test_one_sample_per_video_and_question_type(rows):
 
 def test_frame_sequence_and_navigation_fields(rows):
     truth = miniature_labels()
-    params = load_manifest("changeit")["parameters"]
+    params = manifest_of("changeit")["parameters"]
     for row in rows:
         _, category, video_id, qt = row["key"].split("/")
         labels = truth[(category, video_id)]
@@ -230,7 +230,7 @@ def test_frames_show_the_annotated_second(rows):
 
 
 def test_question_options_categories_and_answer(rows):
-    manifest = load_manifest("changeit")
+    manifest = manifest_of("changeit")
     actions = {d: a for d, a, _ in manifest["categories_table"]}
     for row in rows:
         category, qt = row["key"].split("/")[1], row["question_type"]
@@ -299,7 +299,7 @@ def test_choices_depend_only_on_seed_and_key(source):
     opts = [REWIND_OPTION, WAIT_OPTIONS["object"]]
     assert a.build_options(key, opts) == b.build_options(key, opts)
     assert len({tuple(ChangeIt(s, root).build_options(key, opts)) for s in range(12)}) > 1
-    pool = list(load_manifest("changeit")["objects"].values())
+    pool = list(manifest_of("changeit")["objects"].values())
     assert a.pick_categories(key, "apple", pool) == b.pick_categories(key, "apple", pool)
     assert other.rng(key, "prompt").random() != a.rng(key, "prompt").random()
 

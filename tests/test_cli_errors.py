@@ -25,8 +25,8 @@ import pytest
 
 from conftest import RUNNER, read_json
 from proactivebench_builder.pipeline.commands import build
-from proactivebench_builder.pipeline.commands.arguments import CommandParser, canonical
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.core.cli import CommandParser, canonical
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.runtime import cli as runtime_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -442,7 +442,7 @@ def write_corpus(root: str) -> str:
     interrupt lands (60 categories x 12 drawings, 600 samples rendered as they are written)."""
     folder = os.path.join(root, "quickdraw", "simplified")
     os.makedirs(folder)
-    for c, category in enumerate(load_manifest("quickdraw")["classes"][:CATEGORIES]):
+    for c, category in enumerate(manifest_of("quickdraw")["classes"][:CATEGORIES]):
         rng = random.Random(f"ctrl-c/{category}")
         with open(os.path.join(folder, f"{category}.ndjson"), "w", encoding="utf-8") as out:
             for d in range(DRAWINGS):

@@ -15,16 +15,16 @@ from PIL import Image
 
 from conftest import (build_once, file_bytes, private_miniature, read_jsonl, run,
                       shard_files)
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.coco import (
     CARDINAL, DIAGONAL, MINIATURE_IMAGES, MOVE_OPTIONS, QUESTIONS, ZOOM_OPTION, Coco, CropRules,
     coverage, hard_negatives, iou, plan_crop, try_direction)
-from proactivebench_builder.transforms.vocabulary import (ABSTAIN_OPTIONS, action_of,
-                                                          format_category, is_abstain)
+from proactivebench_builder.core.vocabulary import (
+    ABSTAIN_OPTIONS, action_of, format_category, is_abstain)
 
 CONFIG = "coco2014"
-MANIFEST = load_manifest("coco")
+MANIFEST = manifest_of("coco")
 PARAMS = MANIFEST["parameters"]
 EXPECTED_ACTION = {"left": "LEFT", "right": "RIGHT", "up": "UP", "down": "DOWN", "zoom": "ZOOM"}
 

@@ -22,7 +22,7 @@ import time
 import pyarrow.parquet as pq
 
 from conftest import RUNNER, run, shard_files
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATEGORIES, DRAWINGS = 60, 12
@@ -34,7 +34,7 @@ def write_corpus(root: str) -> str:
     """`<root>/quickdraw/simplified/<category>.ndjson` in the real format; returns `root`."""
     folder = os.path.join(root, "quickdraw", "simplified")
     os.makedirs(folder)
-    for c, category in enumerate(load_manifest("quickdraw")["classes"][:CATEGORIES]):
+    for c, category in enumerate(manifest_of("quickdraw")["classes"][:CATEGORIES]):
         rng = random.Random(f"crash/{category}")
         lines = []
         for d in range(DRAWINGS):

@@ -17,8 +17,9 @@ import pytest
 from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_jsonl, run
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
-from proactivebench_builder.transforms import load_scenarios, vocabulary
-from proactivebench_builder.transforms.environment import Play, VocabularyError
+from proactivebench_builder.transforms import load_scenarios
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.play import Play, VocabularyError
 
 CONFIG = "Focus"
 
@@ -170,7 +171,7 @@ def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     folder.mkdir()
     (folder / "clash_scenario.py").write_text(
         "from proactivebench_builder.transforms.base import Scenario\n"
-        "from proactivebench_builder.transforms.environment import Play\n\n\n"
+        "from proactivebench_builder.core.play import Play\n\n\n"
         "class Clash(Scenario):\n    name = 'clash'\n    config_name = 'Clash'\n"
         "    environment = Play(actions={'UPSCALE': ('upscale',)})\n")
     env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=str(folder))
@@ -211,7 +212,7 @@ def test_two_scenarios_may_share_a_new_keyword_for_the_same_action():
 
 def test_declaration_mistakes_are_caught_when_declared():
     from proactivebench_builder.runtime import behaviours
-    from proactivebench_builder.transforms import environment
+    from proactivebench_builder.core import play as environment
 
     assert set(environment.BEHAVIOURS) == set(behaviours.BEHAVIOURS)
     with pytest.raises(VocabularyError, match="unknown behaviour 'ladder'"):

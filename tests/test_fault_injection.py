@@ -42,7 +42,7 @@ import pytest
 from PIL import Image
 
 from conftest import read_jsonl, run
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms import get_scenario, load_scenarios
 
 SCENARIOS = tuple(load_scenarios())
@@ -60,7 +60,7 @@ class Fault:
 
 def copy_source(miniature_root: str, tmp_path, name: str) -> tuple[str, str]:
     """(sources root, scenario root) of a private copy of one scenario's miniature source."""
-    subdir = load_manifest(name)["source_subdir"]
+    subdir = manifest_of(name)["source_subdir"]
     sources_root = str(tmp_path / "sources")
     shutil.copytree(os.path.join(miniature_root, subdir), os.path.join(sources_root, subdir))
     return sources_root, os.path.join(sources_root, subdir)
@@ -238,7 +238,7 @@ def inject_rod(root: str) -> list[Fault]:
 
 
 def inject_vsod(root: str) -> list[Fault]:
-    params = load_manifest("vsod")["parameters"]
+    params = manifest_of("vsod")["parameters"]
     data = os.path.join(root, "OcclusionDataSet-MM20", "Data", "test")
     notes = os.path.join(root, "OcclusionDataSet-MM20", "Annotations", "test")
     labels = os.path.join(root, params["labels_file"])

@@ -7,7 +7,7 @@ import os
 import fsspec
 import pytest
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 
 
 def test_temporary_names_are_unique_hidden_and_keep_the_name():

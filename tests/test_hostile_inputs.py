@@ -674,10 +674,11 @@ def test_bad_parameter_values_stop_before_any_work(flag, named, tmp_path, miniat
 
 
 def test_every_manifest_declares_what_its_numbers_may_be():
-    from proactivebench_builder.pipeline.manifests import load_manifest, parameter_rule
+    from proactivebench_builder.core.manifests import parameter_rule
+from proactivebench_builder.transforms import manifest_of
 
     for name in load_scenarios():
-        manifest = load_manifest(name)
+        manifest = manifest_of(name)
         for parameter, value in manifest["parameters"].items():
             rule = parameter_rule(manifest, parameter)
             assert "type" in rule or "choices" in rule, (name, parameter)

@@ -9,8 +9,8 @@ import datasets
 import pytest
 
 from conftest import read_json, read_jsonl, run
-from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
+from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.core.vocabulary import action_of, is_abstain
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +19,14 @@ def rows(built_miniature):
 
 
 def test_enhancements_are_the_upstream_quality_actions():
-    manifest = load_manifest("imagenet_c")
+    manifest = manifest_of("imagenet_c")
     for action, option in manifest["enhancements"].items():
         assert action_of(option) == action
     assert set(manifest["corruption_actions"].values()) == set(manifest["enhancements"])
 
 
 def test_severity_ladder_and_quality_options(rows):
-    manifest = load_manifest("imagenet_c")
+    manifest = manifest_of("imagenet_c")
     assert len(rows) == 4 * 5  # 4 miniature classes x 5 images per class
     for row in rows:
         corruption = row["image_template"].split("/")[1]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms.imagenet_c import ImageNetC
 
 EXTRA = ("snow", "frost", "fog")  # in the release, not in the manifest
 
 
 def test_reading_lists_one_folder_per_class_and_each_corruption_once(tmp_path, monkeypatch):
-    corruptions = list(load_manifest("imagenet_c")["corruption_actions"]) + list(EXTRA)
+    corruptions = list(manifest_of("imagenet_c")["corruption_actions"]) + list(EXTRA)
     wnids = ["n01440764", "n01443537", "n01484850", "n01491361"]
     for c_index, corruption in enumerate(corruptions):
         for severity in range(1, 6):

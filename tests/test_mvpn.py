@@ -13,14 +13,15 @@ import pytest
 from PIL import Image
 
 from conftest import build_once, private_miniature, read_jsonl, run, shard_files
-from proactivebench_builder.pipeline.manifests import load_data_file, load_manifest
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.core.manifests import load_data_file
+from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.mvpn import (
     MVPN, QUESTIONS, ROTATE_REQUESTS, load_sample_list, order_views)
 
 CONFIG = "MVP-N"
-MANIFEST = load_manifest("mvpn")
+MANIFEST = manifest_of("mvpn")
 NAMES = load_data_file(MANIFEST["parameters"]["class_names_file"])
 GROUP_OF = {c: set(g) for g in MANIFEST["groups"] for c in g}
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import file_bytes, file_text, read_json, read_jsonl
-from proactivebench_builder.pipeline.records import UPSTREAM_COMMON_FIELDS
+from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS
 from proactivebench_builder.transforms import load_scenarios
 
 CONFIGS = sorted(cls.config_name for cls in load_scenarios().values())

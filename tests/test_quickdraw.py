@@ -11,7 +11,7 @@ import pytest
 from conftest import file_text, read_json, read_jsonl, run
 from proactivebench_builder.transforms.quickdraw import (DETAIL_REQUESTS, QuickDraw,
                                                          parse_strokes)
-from proactivebench_builder.transforms.vocabulary import action_of, is_abstain
+from proactivebench_builder.core.vocabulary import action_of, is_abstain
 from proactivebench_builder.transforms.base import BadItem
 
 

@@ -16,8 +16,8 @@ from collections import Counter
 import pytest
 
 from conftest import IN_PROCESS, read_json, run
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.seeding import hash_rank
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.seeding import hash_rank
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms import quickdraw
 from proactivebench_builder.transforms.quickdraw import FileScan, QuickDraw

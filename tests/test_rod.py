@@ -13,15 +13,15 @@ import pytest
 from PIL import Image
 
 from conftest import build_once, private_miniature, read_jsonl, run, shard_files
-from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms.base import BadItem
 from proactivebench_builder.transforms.rod import (
     MOVE_LEFT, MOVE_RIGHT, QUESTIONS, ROD, normalise_class, occluder_of, parse_stem,
     sweep_frame, tar_gz)
 
 CONFIG = "Realistic-Occlusion-Dataset"
-MANIFEST = load_manifest("rod")
+MANIFEST = manifest_of("rod")
 PARAMS = MANIFEST["parameters"]
 SEQUENCES = {s["sequence"]: s for s in PARAMS["miniature_sequences"]}
 

@@ -233,7 +233,8 @@ def test_category_on_first_frame_is_right_elsewhere(built_rows, config):
 def test_upstream_tables_now_come_from_the_declarations():
     """What used to be per-config tables (upstream's PREDICTION_THR, short names, hints, the
     video pre-prompt, ROD's reference question) is read from each scenario's `environment`."""
-    from proactivebench_builder.runtime import behaviours, open_ended, prompts
+    from proactivebench_builder.runtime import behaviours, open_ended
+    from proactivebench_builder.core import prompts
 
     expected = {envs.ROD: ("ROD", 2), envs.VSOD: ("VSOD", 3), envs.MVPN: ("MVP-N", 2),
                 envs.INC: ("IN-C", 1), envs.QD: ("QD", 1), envs.CIT: ("CIT", 2),

@@ -1,6 +1,6 @@
 """Reading one unit: counts are summed over the unit (one value per kind, not one per raw item),
 other values pass through in order, and a unit that fails part way keeps what it counted."""
-from proactivebench_builder.pipeline import results
+from proactivebench_builder.core import results
 from proactivebench_builder.pipeline.build import unit_values
 from proactivebench_builder.transforms.quickdraw import QuickDraw
 

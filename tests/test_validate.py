@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import file_text, read_json
-from proactivebench_builder.pipeline.records import arrow_schema
+from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline.commands.validate import main, validate_folder
 
 
@@ -240,14 +240,14 @@ def train_shard(root: str) -> str:
 
 
 def test_train_ground_truth_outside_options_is_reported(broken):
-    from proactivebench_builder.pipeline.records import train_arrow_schema
+    from proactivebench_builder.core.records import train_arrow_schema
 
     rewrite(train_shard(broken), set_first("ground_truth", "Nope."), train_arrow_schema())
     assert_reported(validate_folder(broken), "data/train-", "ground_truth 'Nope.' not in options")
 
 
 def test_train_key_in_the_test_pool_is_reported(broken):
-    from proactivebench_builder.pipeline.records import train_arrow_schema
+    from proactivebench_builder.core.records import train_arrow_schema
 
     pool = pq.read_table(first_shard(broken, "QuickDraw"), columns=["key"]).column("key")[0]
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from proactivebench_builder.pipeline.manifests import load_manifest
+from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.pipeline.verify_sources import count_files, verify_sources
 from proactivebench_builder.transforms import load_scenarios
 
@@ -99,7 +99,7 @@ def test_fsspec_urls(source):
 def test_packaged_manifests_pin_well_formed_values():
     """Every packaged manifest's pins are well formed (counts are ints, checksums sha256)."""
     for name in load_scenarios():
-        m = load_manifest(name)
+        m = manifest_of(name)
         for pattern, count in (m.get("expected_files") or {}).items():
             assert isinstance(pattern, str) and isinstance(count, int) and count >= 0, (name, pattern)
         for path, digest in (m.get("checksums") or {}).items():
@@ -109,7 +109,7 @@ def test_packaged_manifests_pin_well_formed_values():
 def test_packaged_manifests_against_miniatures(miniature_root):
     """The miniatures are small copies, so the packaged pins of the real downloads report them
     (ROD pins only its two archives, which the miniature has too)."""
-    sources = {n: os.path.join(miniature_root, load_manifest(n)["source_subdir"])
+    sources = {n: os.path.join(miniature_root, manifest_of(n)["source_subdir"])
                for n in load_scenarios()}
     problems = verify_sources(sources)
     assert not [p for p in problems if p.startswith("rod:")], problems

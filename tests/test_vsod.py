@@ -13,15 +13,15 @@ import pytest
 from PIL import Image
 
 from conftest import build_once, private_miniature, read_jsonl, run, shard_files
-from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms.base import BadItem, SourceError
 from proactivebench_builder.transforms.vsod import (
     QUESTIONS, REWIND, VSOD, WAIT, check_boxes, is_strong, nearest_clear, parse_annotation,
     parse_labels, union_area, write_segment)
 
 CONFIG = "OcclusionDataSet-MM20"
-MANIFEST = load_manifest("vsod")
+MANIFEST = manifest_of("vsod")
 PARAMS = MANIFEST["parameters"]
 VOCAB = MANIFEST["categories"]
 

@@ -20,7 +20,7 @@ import os
 import pkgutil
 import sys
 
-from proactivebench_builder.transforms.environment import VocabularyError  # noqa: F401
+from proactivebench_builder.core.play import VocabularyError  # noqa: F401
 
 _SKIP = {"base", "vocabulary", "environment"}
 PATH_VARIABLE = "PROACTIVEBENCH_SCENARIO_PATH"
@@ -66,7 +66,8 @@ def _import_entry_points() -> None:
 
 @functools.lru_cache(maxsize=1)  # the modules do not change while a process runs
 def _load_scenarios() -> dict:
-    from proactivebench_builder.transforms import base, vocabulary
+    from proactivebench_builder.transforms import base
+    from proactivebench_builder.core import vocabulary
 
     for module in pkgutil.iter_modules(__path__):
         if module.name not in _SKIP and not module.name.startswith("_"):
@@ -76,19 +77,6 @@ def _load_scenarios() -> dict:
     scenarios = dict(sorted(base.registered().items()))
     vocabulary.check_vocabulary(scenarios)
     return scenarios
-
-
-def manifest_folders() -> list[str]:
-    """The folders of the registered scenario modules outside this package: their manifests
-    (and the data files those name) sit there."""
-    folders = []
-    for cls in load_scenarios().values():
-        module = sys.modules.get(cls.__module__)
-        if module is not None and not cls.__module__.startswith(__name__ + "."):
-            folder = os.path.dirname(os.path.abspath(module.__file__))
-            if folder not in folders:
-                folders.append(folder)
-    return folders
 
 
 def get_scenario(name: str):
@@ -104,3 +92,8 @@ def scenario_for_config(config: str):
         if cls.config_name == config:
             return cls
     return None
+
+
+def manifest_of(name: str) -> dict:
+    """The manifest of the registered scenario `name` (packaged, or beside a plug-in's module)."""
+    return get_scenario(name).read_manifest()

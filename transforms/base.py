@@ -18,15 +18,16 @@ import hashlib
 import os
 import posixpath
 import random
+import sys
 from typing import ClassVar, Iterable, Iterator
 
-from proactivebench_builder.pipeline import fileio, results
-from proactivebench_builder.pipeline.images import BadImage, check_image
-from proactivebench_builder.pipeline.manifests import load_manifest
-from proactivebench_builder.pipeline.records import empty_row
-from proactivebench_builder.pipeline.seeding import rng_for
-from proactivebench_builder.transforms import vocabulary
-from proactivebench_builder.transforms.environment import Play
+from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core.images import BadImage, check_image
+from proactivebench_builder.core import manifests
+from proactivebench_builder.core.records import empty_row
+from proactivebench_builder.core.seeding import rng_for
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.play import Play
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
 
@@ -58,9 +59,36 @@ class Scenario:
 
     def __init__(self, seed: int, source_root: str):
         self.seed = seed
-        self.manifest = load_manifest(self.name)
+        self.manifest = self.read_manifest()
         self.params = dict(self.manifest["parameters"])
         self.root = source_root.rstrip("/")
+
+    # ---- its manifest ------------------------------------------------------------------------
+
+    @classmethod
+    def module_folder(cls) -> str:
+        """The folder of the module that defines the scenario: a plug-in keeps its manifest and
+        data files there (built-in manifests are package data of `source_manifests`)."""
+        return os.path.dirname(os.path.abspath(sys.modules[cls.__module__].__file__))
+
+    @classmethod
+    def read_manifest(cls) -> dict:
+        """The scenario's parsed manifest `<name>.yaml` (core.manifests)."""
+        return manifests.load_manifest(cls.name, cls.module_folder())
+
+    @classmethod
+    def manifest_sha256(cls) -> str:
+        return manifests.manifest_sha256(cls.name, cls.module_folder())
+
+    @classmethod
+    def manifest_location(cls) -> str:
+        """Where a user finds the manifest, for messages."""
+        return manifests.manifest_location(cls.name, cls.module_folder())
+
+    @classmethod
+    def data_file(cls, filename: str):
+        """A JSON or YAML data file the manifest names (e.g. a class-name table)."""
+        return manifests.load_data_file(filename, cls.module_folder())
 
     # ---- what a scenario implements -------------------------------------------------------
 
@@ -124,7 +152,7 @@ class Scenario:
         as chat messages (image first, then the upstream template), `options` as displayed
         (proactive and abstain options, then the categories), and the suggestions valid for
         this frame in `proactive_actions` (empty on an unambiguous frame)."""
-        from proactivebench_builder.runtime.prompts import multi_choice_prompt
+        from proactivebench_builder.core.prompts import multi_choice_prompt
 
         displayed = list(options) + list(categories)
         text = multi_choice_prompt(question, displayed)

@@ -76,10 +76,10 @@ import re
 import sys
 import tempfile
 
-from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 OBJECT, ACTION = "object", "action"
 QUESTION_TYPES = (ACTION, OBJECT)  # sorted, so items come out in one fixed order
@@ -531,9 +531,7 @@ class ChangeIt(Scenario):
         3 green) so tests can check frame/annotation alignment. Covers: an id starting with '-',
         an id in two categories, a video without state1, one without the action, one that starts
         informative, pre-extracted frames, an mp4 and a webm."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        manifest = load_manifest(cls.name)
+        manifest = cls.read_manifest()
         table = manifest["categories_table"]
         lines = ["DIR_NAME,ACTION_NAME,CENTERING_PARAM"] + [f'{d},"{a}",{t}' for d, a, t in table]
         fileio.write_bytes_atomic(fileio.join(root, "categories.csv"),

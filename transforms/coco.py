@@ -89,12 +89,12 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.seeding import hash_rank
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.seeding import hash_rank
 from proactivebench_builder.runtime.environments import coco_crop_box
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 LOG = logging.getLogger(__name__)
 
@@ -1080,9 +1080,7 @@ class Coco(Scenario):
         corner, centre, full height, nearly the whole image, a grayscale one), plus images a
         rule excludes (no annotation, several objects, a lone crowd region, an object with a
         crowd region beside it)."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        table = load_manifest(cls.name)["category_table"]
+        table = cls.read_manifest()["category_table"]
         for split, images in MINIATURE_IMAGES.items():
             write_miniature_split(root, split, images, table, seed)
 

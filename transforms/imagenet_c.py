@@ -17,12 +17,11 @@ import random
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.manifests import load_data_file
-from proactivebench_builder.pipeline.seeding import hash_rank
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.seeding import hash_rank
 from proactivebench_builder.transforms.base import Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 SEVERITIES = (5, 4, 3, 2, 1)  # play order: most severe first, mildest is the reference
 
@@ -73,7 +72,7 @@ class ImageNetC(Scenario):
         super().__init__(seed, source_root)
         self.corruption_actions = dict(self.manifest["corruption_actions"])
         self.enhancements = dict(self.manifest["enhancements"])
-        self.class_names = load_data_file(self.manifest["class_names_file"])
+        self.class_names = self.data_file(self.manifest["class_names_file"])
         self._present: list[str] | None = None
 
     def present_corruptions(self) -> list[str]:
@@ -163,9 +162,7 @@ class ImageNetC(Scenario):
         (a class-specific shape on a gradient), corrupted by simple deterministic versions of
         six ImageNet-C corruptions at five strengths, saved as JPEG q85 like the release.
         An "ImageNet-C-like" fixture: the layout and format are real, the pixels are not."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        params = load_manifest(cls.name)["parameters"]
+        params = cls.read_manifest()["parameters"]
         size = int(params["miniature_size"])
         per_class = int(params["miniature_images_per_class"])
         for w_index, wnid in enumerate(params["miniature_wnids"]):

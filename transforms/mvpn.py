@@ -53,11 +53,11 @@ import re
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.manifests import ManifestError, load_data_file
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.manifests import ManifestError
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 QUESTIONS = (
     "Identify the object in this image.",
@@ -177,7 +177,7 @@ class MVPN(Scenario):
         self.classes = list(self.manifest["classes"])
         self.group_of = {c: sorted(g) for g in self.manifest["groups"] for c in g}
         self.class_names = {str(k): str(v) for k, v in
-                            load_data_file(self.params["class_names_file"]).items()}
+                            self.data_file(self.params["class_names_file"]).items()}
 
     @property
     def split(self) -> str:
@@ -327,9 +327,7 @@ class MVPN(Scenario):
         """`data/{train,valid,test}/<class>/<set>/<view:04d>_<mark>.png` (32x32 RGB PNG, one
         informative view per set, not always the last) and `data/{valid,test}_list/` pickles of
         2-4 paths per sample, the informative view listed at varying positions."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        params = load_manifest(cls.name)["parameters"]
+        params = cls.read_manifest()["parameters"]
         for split in ("train", "valid", "test"):
             for c_index, class_folder in enumerate(params["miniature_classes"]):
                 rng = random.Random(f"{seed}/mvpn/{split}/{class_folder}")

@@ -27,10 +27,10 @@ from collections import Counter
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.pipeline import fileio, results
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 QUESTIONS = (
     "What is the category of the depicted object?",
@@ -272,9 +272,7 @@ class QuickDraw(Scenario):
     def write_miniature(cls, root: str, seed: int = 0) -> None:
         """`simplified/<category>.ndjson` files in the real format (compact JSON, real field
         order), with recognised and unrecognised drawings of 1-6 strokes."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        params = load_manifest(cls.name)["parameters"]
+        params = cls.read_manifest()["parameters"]
         for c_index, category in enumerate(params["miniature_categories"]):
             rng = random.Random(f"{seed}/quickdraw/{category}")
             lines = []

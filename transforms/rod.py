@@ -66,11 +66,11 @@ import threading
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.images import BadImage, check_image
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"
 
@@ -493,9 +493,7 @@ class ROD(Scenario):
         """The HF repo layout: two tar.gz archives of JPEG sweeps (mixed sizes, flat and nested
         member paths, a class with a space), `classes_rod.py`, `dataset_info.json`, README.md.
         As in the real download, frame s6 of banana / natural_bluebl_greenr is absent."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        manifest = load_manifest(cls.name)
+        manifest = cls.read_manifest()
         params = manifest["parameters"]
         n = int(params["frames_per_sequence"])
         archives: dict[str, list[tuple[str, bytes]]] = {}

@@ -64,10 +64,10 @@ import xml.etree.ElementTree as ET
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 DATASET_FOLDER = "OcclusionDataSet-MM20"
 REWIND = "Rewind the video."
@@ -450,9 +450,7 @@ class VSOD(Scenario):
         """`OcclusionDataSet-MM20/{Data,Annotations}/{test,train}/<segment>/` with 64x36 JPEG
         frames `0000.jpg`.. and one VOC XML each (a passer-by from frame 3 to 7: strong, weak or
         none), and the labels CSV the manifest names."""
-        from proactivebench_builder.pipeline.manifests import load_manifest
-
-        params = load_manifest(cls.name)["parameters"]
+        params = cls.read_manifest()["parameters"]
         for spec in params["miniature_segments"]:
             rng = random.Random(f"{seed}/vsod/{spec['segment']}")
             write_segment(root, spec["split"], spec["segment"], int(spec["frames"]),

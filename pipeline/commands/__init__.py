@@ -4,6 +4,6 @@ is the plumbing they share.
 
 Importing this package silences the known noise before any command imports Beam (see
 `arguments.silence_known_noise`)."""
-from proactivebench_builder.pipeline.commands.arguments import silence_known_noise
+from proactivebench_builder.core.cli import silence_known_noise
 
 silence_known_noise()

@@ -14,9 +14,10 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from proactivebench_builder.pipeline import fileio, integrity
+from proactivebench_builder.core import fileio
+from proactivebench_builder.pipeline import integrity
 from proactivebench_builder.pipeline.build import BuildBenchmark
-from proactivebench_builder.pipeline.commands.arguments import (
+from proactivebench_builder.core.cli import (
     CommandParser, UsageError, closest, run_command, unknown_name)
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 # the runner's configuration and the local worker processes (re-exported: scripts and tests
@@ -25,13 +26,12 @@ from proactivebench_builder.pipeline.local_runs import (  # noqa: F401
     DASK_RUNNER, DEFAULT_DASK_PARTITIONS, DEFAULT_LOCAL_MODE, LOCAL_RUNNERS, available_cores,
     configure_runner, flag_given, local_workers_apart_from_ctrl_c, no_timed_flushes,
     quiet_worker_logs, worker_failures_reported_once)
-from proactivebench_builder.pipeline.manifests import (
-    load_manifest, manifest_location, manifest_sha256, parameter_problem)
+from proactivebench_builder.core.manifests import parameter_problem
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.plots import write_build_plots
 from proactivebench_builder.pipeline.reports import REPORTS_DIR
-from proactivebench_builder.transforms import load_scenarios
+from proactivebench_builder.transforms import load_scenarios, manifest_of
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -85,7 +85,7 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     if root is None and missing:
         root = ensure_miniature_sources(_absolute(DEFAULT_MINIATURE_ROOT),
                                         {n: scenarios[n] for n in missing})
-    sources = {n: overrides.get(n) or fileio.join(_absolute(root), load_manifest(n)["source_subdir"])
+    sources = {n: overrides.get(n) or fileio.join(_absolute(root), manifest_of(n)["source_subdir"])
                for n in scenarios}
     absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
     if absent:
@@ -106,14 +106,14 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
         if not sep or not dot or name not in scenarios:
             raise SystemExit(f"--set expects SCENARIO.PARAMETER=VALUE for a chosen scenario, "
                              f"got {item!r}")
-        if parameter not in load_manifest(name)["parameters"]:
+        if parameter not in manifest_of(name)["parameters"]:
             raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
-                             f"{manifest_location(name)})")
+                             f"{scenarios[name].manifest_location()})")
         parsed = yaml.safe_load(value)
-        problem = parameter_problem(load_manifest(name), parameter, parsed)
+        problem = parameter_problem(manifest_of(name), parameter, parsed)
         if problem:
             raise SystemExit(f"--set {name}.{parameter}: {problem} (see "
-                             f"{manifest_location(name)})")
+                             f"{scenarios[name].manifest_location()})")
         overrides.setdefault(name, {})[parameter] = parsed
     return overrides
 
@@ -180,7 +180,7 @@ def build_params(opts: BuildOptions, argv: list[str]) -> dict:
         "seed": opts.seed,
         "origin": selection["origin"],
         "parameter_overrides": params["overrides"],
-        "manifests": {n: {"sha256": manifest_sha256(n)} for n in sorted(scenarios)},
+        "manifests": {n: {"sha256": scenarios[n].manifest_sha256()} for n in sorted(scenarios)},
         "filter": {k: selection[k] for k in ("mode", "threshold", "min_models")},
     }
     params.update(scenarios=sorted(scenarios), selection=selection, stamp=stamp)

@@ -32,16 +32,17 @@ from urllib.parse import quote
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.pipeline import fileio, plots
-from proactivebench_builder.pipeline.commands.arguments import (
+from proactivebench_builder.core import fileio
+from proactivebench_builder.pipeline import plots
+from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
-from proactivebench_builder.pipeline.records import METADATA_COLUMNS
-from proactivebench_builder.pipeline.seeding import stable_hash
+from proactivebench_builder.core.records import METADATA_COLUMNS
+from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline.commands.validate import (
     TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
-from proactivebench_builder.runtime.prompts import COCO
-from proactivebench_builder.transforms import vocabulary
+from proactivebench_builder.core.prompts import COCO
+from proactivebench_builder.core import vocabulary
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
 

@@ -14,8 +14,7 @@ import argparse
 import sys
 
 from proactivebench_builder.pipeline import publish
-from proactivebench_builder.pipeline.commands.arguments import (
-    DEBUG_HELP, CommandParser, positive_int, run_command)
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 

@@ -42,14 +42,13 @@ import yaml
 
 from proactivebench_builder.runtime import behaviours
 from proactivebench_builder.runtime.behaviours import coco_crop_box as crop_box
-from proactivebench_builder.pipeline import fileio
-from proactivebench_builder.pipeline.commands.arguments import (
-    DEBUG_HELP, CommandParser, run_command)
-from proactivebench_builder.pipeline.images import BadImage, check_image
-from proactivebench_builder.pipeline.records import arrow_schema, train_arrow_schema
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
+from proactivebench_builder.core.images import BadImage, check_image
+from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
 from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, scenario_for_config
-from proactivebench_builder.transforms import vocabulary
-from proactivebench_builder.transforms.environment import Play
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.play import Play
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 

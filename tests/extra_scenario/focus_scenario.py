@@ -17,10 +17,10 @@ import os
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from proactivebench_builder.pipeline import fileio
+from proactivebench_builder.core import fileio
 from proactivebench_builder.transforms.base import Scenario, SourceError
-from proactivebench_builder.transforms.environment import Play
-from proactivebench_builder.transforms.vocabulary import format_category
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import format_category
 
 QUESTIONS = ("What shape is shown?", "Which shape is in the picture?")
 SUGGESTIONS = ("Sharpen up the picture.", "Bring the image into focus.")
@@ -72,9 +72,9 @@ class Focus(Scenario):
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
-        from proactivebench_builder.pipeline.manifests import load_manifest
+        from proactivebench_builder.transforms import manifest_of
 
-        params = load_manifest(cls.name)["parameters"]
+        params = manifest_of(cls.name)["parameters"]
         size, n = int(params["miniature_size"]), int(params["frames_per_item"])
         for shape in params["miniature_classes"]:
             for number in range(int(params["miniature_items_per_class"])):

@@ -22,41 +22,36 @@ class ManifestError(ValueError):
     """A manifest is missing or malformed."""
 
 
-def manifest_location(name: str) -> str:
+def manifest_location(name: str, folder: str | None = None) -> str:
     """Where a user finds scenario `name`'s manifest: `source_manifests/<name>.yaml` in this
-    package, else its path beside a scenario module outside the package."""
+    package, else its path in `folder` (a plug-in keeps its manifest beside its module)."""
     filename = f"{name}.yaml"
     if resources.files(MANIFEST_PACKAGE).joinpath(filename).is_file():
         return f"source_manifests/{filename}"
-    from proactivebench_builder.transforms import manifest_folders
-
-    for folder in manifest_folders():
-        if os.path.isfile(os.path.join(folder, filename)):
-            return os.path.join(folder, filename)
+    if folder and os.path.isfile(os.path.join(folder, filename)):
+        return os.path.join(folder, filename)
     return filename
 
 
-def manifest_bytes(filename: str) -> bytes:
-    """A file of this package's manifests, else of the folder of a scenario module outside the
-    package (`transforms.manifest_folders`: a plug-in keeps its manifest beside its module)."""
+def manifest_bytes(filename: str, folder: str | None = None) -> bytes:
+    """A file of this package's manifests, else of `folder` (the folder of a scenario module
+    outside the package: a plug-in keeps its manifest and data files beside its module)."""
     try:
         return resources.files(MANIFEST_PACKAGE).joinpath(filename).read_bytes()
     except FileNotFoundError as err:
-        from proactivebench_builder.transforms import manifest_folders
-
-        for folder in manifest_folders():
-            path = os.path.join(folder, filename)
-            if os.path.isfile(path):
-                with open(path, "rb") as handle:
-                    return handle.read()
-        raise ManifestError(f"no file {filename!r} in {MANIFEST_PACKAGE} or beside a scenario "
+        path = os.path.join(folder, filename) if folder else None
+        if path and os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return handle.read()
+        raise ManifestError(f"no file {filename!r} in {MANIFEST_PACKAGE} or beside the scenario "
                             "module") from err
 
 
 @functools.lru_cache(maxsize=None)
-def load_manifest(name: str) -> dict:
-    """The parsed manifest `source_manifests/<name>.yaml`, checked for the required keys."""
-    manifest = yaml.safe_load(manifest_bytes(f"{name}.yaml"))
+def load_manifest(name: str, folder: str | None = None) -> dict:
+    """The parsed manifest `<name>.yaml` (packaged, else in `folder`), checked for the required
+    keys and its own parameter values."""
+    manifest = yaml.safe_load(manifest_bytes(f"{name}.yaml", folder))
     if not isinstance(manifest, dict):
         raise ManifestError(f"manifest {name}.yaml is not a mapping")
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
@@ -113,13 +108,13 @@ def parameter_problem(manifest: dict, parameter: str, value) -> str | None:
     return None
 
 
-def manifest_sha256(name: str) -> str:
+def manifest_sha256(name: str, folder: str | None = None) -> str:
     """Checksum of the manifest file, recorded in the dataset card's reproducibility stamp."""
-    return hashlib.sha256(manifest_bytes(f"{name}.yaml")).hexdigest()
+    return hashlib.sha256(manifest_bytes(f"{name}.yaml", folder)).hexdigest()
 
 
 @functools.lru_cache(maxsize=None)
-def load_data_file(filename: str):
+def load_data_file(filename: str, folder: str | None = None):
     """A JSON or YAML data file that manifests refer to (e.g. a long class-name table)."""
-    raw = manifest_bytes(filename)
+    raw = manifest_bytes(filename, folder)
     return yaml.safe_load(raw)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from proactivebench_builder.transforms.environment import (ABSTAIN_MARKERS, Play,
-                                                           VocabularyError, keyword_in)
+from proactivebench_builder.core.play import ABSTAIN_MARKERS, Play, VocabularyError, keyword_in
 
 # keyword -> action name, as the upstream environment maps them.
 ACTION_KEYWORDS = {

@@ -675,7 +675,7 @@ def test_bad_parameter_values_stop_before_any_work(flag, named, tmp_path, miniat
 
 def test_every_manifest_declares_what_its_numbers_may_be():
     from proactivebench_builder.core.manifests import parameter_rule
-from proactivebench_builder.transforms import manifest_of
+    from proactivebench_builder.transforms import manifest_of
 
     for name in load_scenarios():
         manifest = manifest_of(name)

@@ -72,9 +72,7 @@ class Focus(Scenario):
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
-        from proactivebench_builder.transforms import manifest_of
-
-        params = manifest_of(cls.name)["parameters"]
+        params = cls.read_manifest()["parameters"]
         size, n = int(params["miniature_size"]), int(params["frames_per_item"])
         for shape in params["miniature_classes"]:
             for number in range(int(params["miniature_items_per_class"])):

@@ -145,7 +145,7 @@ def seeded(*parts) -> np.random.Generator:
 # ---- ROD: tar.gz archives of 14-photo sweeps -----------------------------------------------
 
 def write_rod(root: str, fraction: float, settings: dict) -> None:
-    from proactivebench_builder.transforms.rod import classes_file, dataset_info
+    from proactivebench_builder.transforms.rod.miniature import classes_file, dataset_info
 
     info = manifest("rod")
     base = os.path.join(root, info["source_subdir"])
@@ -186,7 +186,8 @@ def write_rod(root: str, fraction: float, settings: dict) -> None:
 # ---- VSOD: frame folders, one VOC XML per frame, a labels CSV ------------------------------
 
 def write_vsod(root: str, fraction: float, settings: dict) -> None:
-    from proactivebench_builder.transforms.vsod import DATASET_FOLDER, annotation_xml
+    from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
+    from proactivebench_builder.transforms.vsod.miniature import annotation_xml
 
     info = manifest("vsod")
     base = os.path.join(root, info["source_subdir"])
@@ -305,7 +306,7 @@ def write_quickdraw(root: str, fraction: float, settings: dict) -> None:
 # ---- ChangeIt: repository CSVs, 1 fps annotations, pre-extracted frames ----------------------
 
 def write_changeit(root: str, fraction: float, settings: dict) -> None:
-    from proactivebench_builder.transforms.changeit import ANNOTATION_SUFFIX, LABELS_CSV
+    from proactivebench_builder.transforms.changeit.csvs import ANNOTATION_SUFFIX, LABELS_CSV
 
     info = manifest("changeit")
     base = os.path.join(root, info["source_subdir"])
@@ -351,7 +352,7 @@ def write_coco(root: str, fraction: float, settings: dict) -> None:
 def write_coco_split(base: str, split: str, singles: int, table: list) -> None:
     """`singles` single-object images with files, plus ~7 records with several objects (no file)
     per single-object one, as in the real val2014 (4,857 of 40,504 images)."""
-    from proactivebench_builder.transforms.coco import octagon, polygon_area
+    from proactivebench_builder.transforms.coco.miniature import octagon, polygon_area
 
     folder = f"{split}2014"
     category_ids = [c["id"] for c in table]

@@ -98,7 +98,7 @@ KEY_ID = re.compile(rb'"key_id":"(\d+)"')
 
 
 def quickdraw_reader(path: str) -> int:
-    from proactivebench_builder.transforms.quickdraw import QuickDraw
+    from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
 
     scenario = QuickDraw(0, os.path.dirname(os.path.dirname(path)))
     return sum(1 for v in scenario.read_unit_with_train(path) if v["kind"] == "candidate")
@@ -188,7 +188,7 @@ def memory_status(field: str) -> int:
 def _coco_job(name: str, path: str) -> dict:
     import ijson  # noqa: F401 - imported before the baseline, like the others
 
-    from proactivebench_builder.transforms import coco
+    from proactivebench_builder.transforms.coco import annotations as coco
 
     base = memory_status("VmRSS")  # resident now, after the imports
     start = time.perf_counter()
@@ -212,7 +212,7 @@ def ijson_index(path: str):
     follows one prefix at a time), each element reduced at once as the reader does."""
     import ijson
 
-    from proactivebench_builder.transforms import coco
+    from proactivebench_builder.transforms.coco import annotations as coco
 
     builder = coco._IndexBuilder()
     for key in ("images", "annotations"):
@@ -252,7 +252,7 @@ def measure_coco(root: str, args) -> dict:
 
 def measure_imagenet_c(root: str, args) -> dict:
     from proactivebench_builder.core import fileio
-    from proactivebench_builder.transforms.imagenet_c import ImageNetC
+    from proactivebench_builder.transforms.imagenet_c.scenario import ImageNetC
 
     base = os.path.join(root, "ImageNet-C")
     listed = {"calls": 0, "names": 0}
@@ -298,8 +298,8 @@ def measure_imagenet_c(root: str, args) -> dict:
 def changeit_pass(root: str) -> dict:
     """What the build does per video: read its annotations, build both samples and load
     every frame they reference."""
-    from proactivebench_builder.transforms.base import BadItem
-    from proactivebench_builder.transforms.changeit import ChangeIt
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.changeit.scenario import ChangeIt
 
     scenario = ChangeIt(0, os.path.join(root, "changeit"))
     frames = samples = 0
@@ -367,7 +367,7 @@ def measure_changeit(roots: dict, args) -> dict:
 def measure_rod(root: str, args) -> dict:
     import tarfile
 
-    from proactivebench_builder.transforms.rod import ROD
+    from proactivebench_builder.transforms.rod.scenario import ROD
 
     base = os.path.join(root, "rod")
     archives = [os.path.join(base, n) for n in sorted(os.listdir(base)) if n.endswith(".tar.gz")]

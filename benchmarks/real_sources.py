@@ -282,7 +282,7 @@ def encode_video(path: str, seconds: int, seed: str) -> None:
 def ensure_changeit(workdir: str, videos: int, seconds: int) -> dict[str, str]:
     """Two roots with the same repository CSVs and annotations: "videos" holds the encoded
     videos (downloads/), "frames" their 1 fps frames pre-extracted as JPEG (frames/)."""
-    from proactivebench_builder.transforms.changeit import ANNOTATION_SUFFIX, LABELS_CSV
+    from proactivebench_builder.transforms.changeit.csvs import ANNOTATION_SUFFIX, LABELS_CSV
 
     roots = {kind: os.path.join(workdir, f"changeit-{kind}-{videos}x{seconds}s")
              for kind in ("videos", "frames")}

@@ -24,13 +24,11 @@ import sys
 import threading
 import traceback
 
+from proactivebench_builder.core.errors import UsageError
+
 DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
               "shows its traceback)")
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
-
-
-class UsageError(SystemExit):
-    """A user's mistake, found before any work; its message is one line for stderr."""
 
 
 def canonical(flag: str) -> str:

@@ -1,25 +1,27 @@
-"""How a scenario's environment plays: one declaration per scenario, kept in its module.
+"""How a scenario's environment plays: one declaration per scenario, kept in its folder.
 
-A scenario class sets `environment = Play(...)`; the evaluation runtime (`runtime.behaviours`),
-`validate` and the upstream export read it, so no table elsewhere lists scenarios. A scenario that
-declares nothing gets `Play()`: the generic frame ladder (each accepted request moves one frame
-toward `reference_image`; on the last turn only the category counts; the cap is `num_images`).
+A scenario class sets `environment = Play(...)` (in `transforms/<scenario>/play.py`); the
+evaluation runtime, `validate`, `inspect`, the upstream export and import read it, so no table
+elsewhere lists scenarios. A scenario that declares nothing gets `Play()`: the generic frame
+ladder (each accepted request moves one frame toward `reference_image`; on the last turn only the
+category counts; the cap is `num_images`).
 
 The fields:
 - `actions`: action name -> the lower-case keywords that name it in an option. Matching is
   scoped to the scenario's own actions, as upstream's `_parse_action` limits its search to the
   environment's action space. Empty (the default): every known action (any option that holds one
   known keyword is a request).
-- `behaviour`: how a request moves the state: a name of `runtime.behaviours.BEHAVIOURS`
-  ("frame_ladder" by default; the seven upstream scenarios name their own).
-- `moves`: for the "steps" behaviour, action -> frame offset (ROD's LEFT -1, RIGHT +1, ...).
-- `wrap`: "steps" moves modulo `num_images` (ROD, VSOD).
+- `behaviour`: the `Behaviour` class that moves the state (`FrameLadder` by default, `Steps`
+  for declared offsets); a scenario with rules of its own defines its class in its folder.
+- `moves`: for `Steps`, action -> frame offset (ROD's LEFT -1, RIGHT +1, ...).
+- `wrap`: `Steps` moves modulo `num_images` (ROD, VSOD).
 - `first_turn` / `last_turn`: what is accepted on the first / last turn: "any" (a request or the
   category), "requests" (ROD's first turn: naming the category there is wrong), "category"
-  (MVP-N, ImageNet-C, QuickDraw and the frame ladder: on the last turn only the category).
+  (on the last turn only the category).
 - `step_cap`: the record field holding the step cap ("num_images", ChangeIt's "max_steps").
 - `hint`, `pre_prompt`, `reference_prompt`: texts the model sees (kept verbatim for upstream).
-- `short_name`: the label of tables and `--scenarios` (defaults to the config name).
+- `short_name`: the label of tables and `--scenarios` (defaults to the config name); `aliases`:
+  more names users may type for it.
 - `open_ended_suggestions`, `open_ended_category` and `prediction_threshold`: the open-ended
   mode's valid answers (the suggestions, then the category unless `open_ended_category` is
   False) and how many leading valid answers are suggestions (default: the suggestions' count).
@@ -29,28 +31,227 @@ The fields:
   "setup", "angle" not in "rectangle"); "substring": upstream's own rule (a keyword anywhere in
   the lower-cased option), kept by the seven upstream scenarios so that upstream's released
   records play bit for bit as upstream plays them.
+- `frame_path(row, frame_id)`: where a frame lives in the upstream layout (the template filled
+  for one slot value; it reads only the row). Default: `{image}` zero-padded to 4 digits.
+- `upstream_order`: the scenario's place among upstream's seven configs in the paper's order
+  (None for any other scenario): tables list them first, and upstream's keyword table and the
+  random-suggestion probe's fixed pool are made of theirs.
+- `probe_suggestions`: the options the scenario adds to that fixed pool.
+- `conformance_cases`: scripted episodes that `runtime.conformance` plays through upstream's own
+  environments and ours.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+from typing import Callable
 
-ABSTAIN_MARKERS = ("cannot", "do not")
+from PIL import Image
+
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.vocabulary import VocabularyError
+
 TURN_RULES = ("any", "requests", "category")
 MATCHING = ("word", "substring")
-# The behaviours `runtime.behaviours.BEHAVIOURS` implements (a test keeps the two in step).
-BEHAVIOURS = ("frame_ladder", "steps", "valid_images_chain", "quality_ladder", "video_steps",
-              "coco_crop")
 
 
-class VocabularyError(ValueError):
-    """A scenario's action keywords clash with another's, or its options do not name an action."""
+class MalformedRecord(ValueError):
+    """A record the upstream environment would reject (it asserts)."""
 
+
+def default_frame_path(row: dict, frame_id: int) -> str:
+    """The `{image}` slot zero-padded to 4 digits (VSOD, MVP-N, QuickDraw, the frame ladder)."""
+    return row["image_template"].format(image=f"{frame_id:04d}")
+
+
+def categories_text(categories: list[str]) -> str:
+    return ", ".join(c.replace(".", "") for c in categories)
+
+
+# ---- what `validate` checks of a row's frames, by behaviour ---------------------------------------
+
+def cap_problem(row: dict, expected: int, what: str) -> list[str]:
+    if row.get("num_images") != expected:
+        return [f"num_images={row.get('num_images')} but {what}={expected}"]
+    return []
+
+
+def unreachable(row: dict, reachable) -> list[str]:
+    missing = sorted(set(reachable) - set(row.get("frame_ids") or []))
+    return [f"frames {missing} are reachable within the step cap but missing"] if missing else []
+
+
+# ---- behaviours ----------------------------------------------------------------------------------
+
+class Behaviour:
+    """How an environment moves, for a scenario `config` declared by `play`: the hooks the
+    runtime's `Environment` calls (which options are shown and accepted now, where a request
+    leads, the cap, the hint), and what the rest of the project asks of a record (the frames a
+    row must hold, the problems `validate` reports, how `inspect` shows a row). `known` is the
+    keyword table of every registered scenario (for a play that declares no actions)."""
+
+    def __init__(self, config: str, play: "Play", known: dict | None = None):
+        self.config = config
+        self.play = play
+        self.known = known or {}
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def setup(self, env) -> None:
+        """Scenario state beyond image_id / num_turns."""
+
+    def max_steps(self, env) -> int:
+        return env.record[self.play.step_cap]
+
+    def valid_images(self, env) -> list[int]:
+        return list(range(env.record["num_images"]))
+
+    def keywords(self) -> list[tuple[str, str]]:
+        """(keyword, action) pairs an option is matched against."""
+        return vocabulary.scenario_keywords(self.play, self.known)
+
+    def action_space(self, record: dict | None = None) -> tuple[str, ...]:
+        return vocabulary.scenario_actions(self.play, self.known)
+
+    def action_of(self, option: str) -> str:
+        """The single action of this scenario an option requests (ValueError otherwise)."""
+        return vocabulary.scenario_action_of(option, self.play, self.known)
+
+    def next_image(self, env, action: str) -> int:
+        raise NotImplementedError
+
+    def view_box(self, env) -> tuple | None:
+        """The box of the frame the environment shows now (None: the whole frame)."""
+        return None
+
+    def transform(self, env, image: Image.Image) -> Image.Image:
+        return image
+
+    # ---- what is shown and accepted ----------------------------------------------------------
+
+    def hint(self, env) -> str:
+        return self.play.hint
+
+    def displayed_options(self, env) -> list[str]:
+        return list(env.options)
+
+    def base_correct_options(self, env) -> list[str]:
+        """Options accepted as proactive moves before state-dependent removal (upstream's
+        index_correct_options): every non-abstain option."""
+        return [o for o in env.options if not vocabulary.is_abstain(o)]
+
+    def accepted(self, env) -> tuple[list[str], list[str]]:
+        """(accepted proactive options, accepted categories) in the current state, by the
+        declared first- and last-turn rules (the last turn wins when both apply)."""
+        rule = "any"
+        if env.last_action is None and env.num_turns == 0:
+            rule = self.play.first_turn
+        if env.num_turns + 1 >= env.record["num_images"] and self.play.last_turn != "any":
+            rule = self.play.last_turn
+        options = self.accepted_options(env)
+        if rule == "requests":
+            return options, []
+        if rule == "category":
+            return [], [env.answer]
+        return options, [env.answer]
+
+    def accepted_options(self, env) -> list[str]:
+        return list(env.correct_options)
+
+    def open_ended_answers(self, env) -> str:
+        answers = list(self.play.open_ended_suggestions)
+        if self.play.open_ended_category:
+            answers.append(categories_text([env.answer]))
+        return ", ".join(answers) + "."
+
+    def distance_to_reference(self, env) -> float:
+        """How far the state is from the reference view; the oracle greedily reduces it."""
+        return abs(env.image_id - env.record["reference_image"])
+
+    # ---- the frames a row must hold ------------------------------------------------------------
+
+    def reachable_frame_ids(self, record: dict) -> list[int]:
+        """Every template slot value an episode (any mode) can show, sorted."""
+        ids = set(range(record["num_images"]))
+        return sorted(ids | {record["first_image"], record["reference_image"]})
+
+    def upstream_frame_ids(self, record: dict) -> list[int]:
+        """The frame ids of a record of upstream's release (which names none), in play order."""
+        return list(range(int(record["num_images"])))
+
+    def record_problems(self, row: dict) -> list[str]:
+        """What `validate` reports about a row's frames and step cap: every frame the
+        environment can reach within its cap must be present."""
+        return cap_problem(row, len(row.get("frame_ids") or []), "len(frame_ids)")
+
+    # ---- how `inspect` shows a row -------------------------------------------------------------
+
+    def sheet_views(self, row: dict) -> list[dict] | None:
+        """For a row whose views are computed from its one frame at play time, the views a
+        contact sheet shows: {"box": PIL box or None (the whole frame), "caption", "marks"
+        (FIRST, LAST, REF), "outlines": [(box, mark)] drawn on it}; None to show the row's
+        frames as they are."""
+        return None
+
+
+class FrameLadder(Behaviour):
+    """Each accepted request moves one frame toward the reference (and stays there)."""
+
+    def next_image(self, env, action):
+        target = env.record["reference_image"]
+        return env.image_id + (target > env.image_id) - (target < env.image_id)
+
+    def valid_images(self, env):
+        return self.reachable_frame_ids(env.record)
+
+    def reachable_frame_ids(self, record):
+        first, ref = record["first_image"], record["reference_image"]
+        return list(range(min(first, ref), max(first, ref) + 1))
+
+    def record_problems(self, row):
+        """One frame per request toward the reference, so every frame between first_image and
+        reference_image is reachable, and the cap must leave a turn to name the category on the
+        reference."""
+        first, ref, n = row.get("first_image"), row.get("reference_image"), row.get("num_images")
+        if not isinstance(first, int) or not isinstance(ref, int) or not n:
+            return [f"first_image={first}, reference_image={ref}, num_images={n}: need integers"]
+        problems = []
+        if n < abs(ref - first) + 1:
+            problems.append(f"num_images={n} turns cannot reach reference_image {ref} from "
+                            f"first_image {first} and answer (needs {abs(ref - first) + 1})")
+        return problems + unreachable(row, range(min(first, ref), max(first, ref) + 1))
+
+
+class Steps(Behaviour):
+    """Each action moves by its declared offset (modulo num_images when `wrap`)."""
+
+    def next_image(self, env, action):
+        next_id = env.image_id + self.play.moves[action]
+        return next_id % env.record["num_images"] if self.play.wrap else next_id
+
+    def distance_to_reference(self, env):
+        d = abs(env.image_id - env.record["reference_image"])
+        return min(d, env.record["num_images"] - d) if self.play.wrap else d
+
+    def record_problems(self, row):
+        """Circular moves (`wrap`) reach every id below num_images; forward-only moves reach
+        every id from first_image to the last frame."""
+        ids = row.get("frame_ids") or []
+        problems = cap_problem(row, len(ids), "len(frame_ids)")
+        if problems:
+            return problems
+        if self.play.wrap:
+            return unreachable(row, range(row.get("num_images") or 0))
+        if all(m > 0 for m in self.play.moves.values()):
+            return unreachable(row, range(row.get("first_image") or 0, row.get("num_images") or 0))
+        return []
+
+
+# ---- the declaration -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Play:
     actions: dict = field(default_factory=dict)
-    behaviour: str = "frame_ladder"
+    behaviour: type = FrameLadder
     moves: dict = field(default_factory=dict)
     wrap: bool = False
     first_turn: str = "any"
@@ -60,21 +261,28 @@ class Play:
     pre_prompt: str = ""
     reference_prompt: str = ""
     short_name: str = ""
+    aliases: tuple = ()
     open_ended_suggestions: tuple = ()
     open_ended_category: bool = True
     prediction_threshold: int | None = None
     suggestions: tuple = ()
     keyword_matching: str = "word"
+    frame_path: Callable[[dict, int], str] = default_frame_path
+    upstream_order: int | None = None
+    probe_suggestions: tuple = ()
+    conformance_cases: tuple = ()
 
     def __post_init__(self):
         if self.first_turn not in TURN_RULES or self.last_turn not in TURN_RULES:
             raise VocabularyError(f"first_turn/last_turn must be one of {TURN_RULES}")
         if self.keyword_matching not in MATCHING:
             raise VocabularyError(f"keyword_matching must be one of {MATCHING}")
-        if self.behaviour not in BEHAVIOURS:
-            raise VocabularyError(f"unknown behaviour {self.behaviour!r}; one of {BEHAVIOURS}")
-        if self.behaviour in ("steps", "video_steps") and set(self.moves) != set(self.actions):
-            raise VocabularyError(f"behaviour {self.behaviour!r} needs a move per action: "
+        if not (isinstance(self.behaviour, type) and issubclass(self.behaviour, Behaviour)):
+            raise VocabularyError(f"behaviour must be a Behaviour class (core.play), not "
+                                  f"{self.behaviour!r}")
+        if getattr(self.behaviour, "needs_moves", issubclass(self.behaviour, Steps)) \
+                and set(self.moves) != set(self.actions):
+            raise VocabularyError(f"behaviour {self.behaviour.__name__} needs a move per action: "
                                   f"moves {sorted(self.moves)}, actions {sorted(self.actions)}")
         for action, keywords in self.actions.items():
             if isinstance(keywords, str) or not keywords:
@@ -91,14 +299,6 @@ class Play:
             return self.prediction_threshold
         return max(1, len(self.open_ended_suggestions))
 
-
-def keyword_in(keyword: str, text: str, matching: str) -> bool:
-    """Whether `keyword` occurs in lower-cased `text` under the scenario's matching rule."""
-    if matching == "substring":
-        return keyword in text
-    return re.search(r"(?<![0-9a-z])" + re.escape(keyword) + r"(?![0-9a-z])", text) is not None
-
-
-def is_abstain(option: str) -> bool:
-    low = option.lower()
-    return any(marker in low for marker in ABSTAIN_MARKERS)
+    def rules(self, config: str, known: dict | None = None) -> Behaviour:
+        """The behaviour that plays this declaration for `config`."""
+        return self.behaviour(config, self, known)

@@ -17,28 +17,6 @@ from __future__ import annotations
 
 import re
 
-ROD = "Realistic-Occlusion-Dataset"
-VSOD = "OcclusionDataSet-MM20"
-MVPN = "MVP-N"
-INC = "ImageNet-C"
-QD = "QuickDraw"
-CIT = "ChangeIt"
-COCO = "coco2014"
-CONFIGS = (ROD, VSOD, MVPN, INC, QD, CIT, COCO)
-
-# A scenario's own texts (pre-prompt, hint, reference question, short name) are declared with
-# it (`transforms.environment.Play`, its module's `environment`), not tabled here.
-
-
-def short_name(config: str) -> str:
-    """The label of a config in tables: its scenario's declared short name (upstream's: ROD,
-    VSOD, MVP-N, IN-C, QD, CIT, COCO), else the config name."""
-    from proactivebench_builder.transforms import scenario_for_config
-
-    cls = scenario_for_config(config)
-    return (cls.environment.short_name if cls else "") or config
-
-
 # Appended to the question in open-ended mode with hints (upstream's tests/oeg.py).
 OEG_HINT = "If you cannot answer this question, please tell me what I should do to help you."
 

@@ -85,5 +85,16 @@ def utf8_unit(unit: str):
     return {"not_utf8": escaped(unit), "text": escaped(bad)} if bad else unit
 
 
+# ---- the train branch's label --------------------------------------------------------------
+
+def train_label(name: str) -> str:
+    """Results of the train branch are reported under `<scenario>/train`."""
+    return f"{name}/train"
+
+
+def is_train_label(label: str) -> bool:
+    return label.endswith("/train")
+
+
 def is_kind(kind: str):
     return lambda value: value["kind"] == kind

@@ -165,10 +165,8 @@ class ReadUnit(beam.DoFn):
             return
         scenario = scenario_instance(name, self.params)
         if reads_train_with_test(name, self.params):
-            from proactivebench_builder.pipeline.train import train_label
-
             yield from unit_values(scenario, unit, scenario.read_unit_with_train,
-                                   (name, train_label(name)))
+                                   (name, results.train_label(name)))
         else:
             yield from unit_values(scenario, unit, scenario.read_unit)
         progress.report(self.params.get("progress_dir"), progress.READ, name)
@@ -196,10 +194,10 @@ class BuildSample(beam.DoFn):
 
     def built(self, value):
         from proactivebench_builder.core.records import check_row
-        from proactivebench_builder.pipeline.train import is_train_label, train_example_values
-        from proactivebench_builder.transforms.base import BadItem
+        from proactivebench_builder.pipeline.train import train_example_values
+        from proactivebench_builder.core.errors import BadItem
 
-        if is_train_label(value["scenario"]):
+        if results.is_train_label(value["scenario"]):
             yield from train_example_values(value, self.params)
             return
         name, key = value["scenario"], value["key"]

@@ -17,6 +17,7 @@ import apache_beam as beam
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.records import UPSTREAM_EXTRA_FIELDS, empty_row
 from proactivebench_builder.pipeline.upstream_export import jsonl_name
+from proactivebench_builder.transforms import behaviour_for_config
 
 
 def present_configs(folder: str, config_to_scenario: dict) -> list[str]:
@@ -34,20 +35,11 @@ def fingerprint(folder: str, configs: list[str]) -> str:
 
 
 def upstream_frame_ids(config: str, record: dict) -> list[int]:
-    """The frame ids an upstream environment can show, in play order."""
+    """The frame ids an upstream environment can show, in play order: the record's own when it
+    names them (our export), else as the config's scenario declares for upstream's records."""
     if record.get("frame_ids") is not None:
         return list(record["frame_ids"])
-    n = int(record["num_images"])
-    if config == "MVP-N":
-        return list(record["valid_images"])
-    if config == "ImageNet-C":
-        return list(range(int(record["first_image"]), 0, -1))
-    if config == "coco2014":
-        return [int(record["first_image"])]
-    if config == "ChangeIt":
-        step, first = int(record["step_size"]), int(record["first_image"])
-        return sorted({f for f in range(first % step, n, step)})
-    return list(range(n))
+    return behaviour_for_config(config).upstream_frame_ids(record)
 
 
 class ReadRecords(beam.DoFn):
@@ -69,7 +61,7 @@ class ImportRecord(beam.DoFn):
 
     def process(self, element):
         from proactivebench_builder.pipeline.build import scenario_instance
-        from proactivebench_builder.transforms.base import BadItem
+        from proactivebench_builder.core.errors import BadItem
 
         name, config, number, line = element
         folder = self.params["import_upstream"]

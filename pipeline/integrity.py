@@ -24,14 +24,11 @@ import socket
 import sys
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.errors import FolderLocked
 
 LOCK_NAME = ".build.lock"
 REPORT = "reports/build.json"
 BUILDING, OK, FAILED = "building", "ok", "failed"
-
-
-class FolderLocked(RuntimeError):
-    """Another build holds the output folder."""
 
 
 def _holder() -> dict:

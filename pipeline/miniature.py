@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import shutil
+import sys
 import tempfile
 
 from proactivebench_builder.transforms import manifest_of
@@ -37,8 +38,15 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
 
 
 def generator_version(name: str, cls) -> str:
-    """Changes when the scenario's code or manifest changes, so a stale miniature is rewritten."""
-    digest = hashlib.sha256(inspect.getsource(inspect.getmodule(cls)).encode("utf-8"))
+    """Changes when the scenario's code (every module of its folder) or manifest changes, so a
+    stale miniature is rewritten."""
+    package = cls.__module__.rpartition(".")[0]
+    modules = sorted(m for m in sys.modules
+                     if package and (m == package or m.startswith(package + "."))) \
+        or [cls.__module__]
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(inspect.getsource(sys.modules[module]).encode("utf-8"))
     digest.update(cls.manifest_sha256().encode("ascii"))
     return f"{name} {digest.hexdigest()}\n"
 

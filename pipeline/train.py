@@ -16,22 +16,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.records import train_arrow_schema
 from proactivebench_builder.pipeline.shards import TRAIN, split_folder
 from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
 
 LOG = logging.getLogger(__name__)
 TRAIN_ROWS_PER_SHARD = 1000  # ~50 MB of COCO crops; more shards let both workers render
-
-
-def train_label(name: str) -> str:
-    """Results of the train branch are reported under `<scenario>/train`."""
-    return f"{name}/train"
-
-
-def is_train_label(label: str) -> bool:
-    return label.endswith("/train")
 
 
 def train_scenario(name: str, params: dict):
@@ -47,13 +38,13 @@ def read_train_unit(name: str, unit, params: dict):
 
     scenario = train_scenario(name, params)
     for value in unit_values(scenario, unit, scenario.read_train_unit):
-        yield dict(value, scenario=train_label(name))
+        yield dict(value, scenario=results.train_label(name))
 
 
 def train_example_values(value: dict, params: dict):
     """A train candidate as a `train_example` value, or its dead letter."""
     from proactivebench_builder.pipeline.build import bad_item_letter
-    from proactivebench_builder.transforms.base import BadItem
+    from proactivebench_builder.core.errors import BadItem
 
     name = value["scenario"].rsplit("/", 1)[0]
     scenario = train_scenario(name, params)
@@ -126,7 +117,7 @@ def summarize_train(values: list[dict]) -> dict:
             report["shards"] = report.get("shards", 0) + 1
             report["bytes"] = report.get("bytes", 0) + v["bytes"]
             continue
-        if not is_train_label(label):
+        if not results.is_train_label(label):
             continue
         entry = report.setdefault("scenarios", {}).setdefault(
             label[: -len("/train")], {"raw_items": 0, "excluded": Counter(), "dead_letters": 0})
@@ -137,7 +128,7 @@ def summarize_train(values: list[dict]) -> dict:
         elif v["kind"] == "dead_letter":
             entry["dead_letters"] += 1
     for name, entry in report.get("scenarios", {}).items():
-        entry["examples"] = examples[train_label(name)]
+        entry["examples"] = examples[results.train_label(name)]
         entry["accounted"] = entry["raw_items"] == (
             entry["examples"] + entry["dead_letters"] + sum(entry["excluded"].values()))
         entry["excluded"] = dict(sorted(entry["excluded"].items()))

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, closest, non_negative_int, positive_float, positive_int,
     run_command)
+from proactivebench_builder import transforms
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime import loading, metrics, open_ended
 from proactivebench_builder.runtime.episodes import run_episode
@@ -94,13 +95,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         ev.error("--mode oeg needs --judge SPEC: open-ended answers are scored by a judge model "
                  "(openai:MODEL[@BASE_URL] or hf:MODEL_ID)")
     if args.scenarios != "all":
-        aliases = envs.config_aliases()  # the names resolve_config accepts
+        aliases = transforms.config_aliases()  # the names resolve_config accepts
         for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):
             if name.lower() not in aliases:
                 guess = closest(name.lower(), aliases)
                 hint = f"; did you mean {guess!r}?" if guess else ""
                 ev.error(f"--scenarios: unknown scenario {name!r}{hint} (known: the configs "
-                         f"{', '.join(envs.known_configs())}, or their scenario names)")
+                         f"{', '.join(transforms.known_configs())}, or their scenario names)")
     return args
 
 
@@ -108,7 +109,7 @@ def selected_configs(args) -> list[str]:
     present = loading.available_configs(args.data)
     if args.scenarios == "all":
         return present
-    wanted = [envs.resolve_config(s) for s in args.scenarios.split(",") if s.strip()]
+    wanted = [transforms.resolve_config(s) for s in args.scenarios.split(",") if s.strip()]
     return [c for c in wanted if c in present] if os.path.isdir(args.data) else wanted
 
 

@@ -1,39 +1,19 @@
 """The ProactiveBench environments as one small state machine; each scenario's rules come from
-the declaration in its module (`environment = Play(...)`, see `transforms.environment`), played
-by a behaviour of `runtime.behaviours`. Any registered scenario is playable.
+the declaration in its folder (`environment = Play(...)`, see `core.play`), played by the
+`Behaviour` it names. Any registered scenario is playable; docs/environments.md describes the
+rules of upstream's seven.
 
-Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`, described in
-`docs/environments.md` and, for COCO's views, `docs/sources.md`): the same
-answer on the same record moves the environment the same way and scores the same.
+Semantics are upstream's (`proactivebench` 0.1.1 `environment.py`): the same answer on the same
+record moves the environment the same way and scores the same.
 
 One turn (`Environment.step`), as upstream's `evaluate_generated_answer`:
 1. the accepted answers of the current state are computed (the scenario's behaviour);
 2. the answer is matched against the displayed proactive/abstain block (letters from A) and
    against the 4 categories (letters shifted by that block's length), see `prompts.evaluate_answer`;
 3. neither correct -> stop (wrong); correct category -> stop (right); correct option -> the
-   option's action (by the scenario's keywords, `transforms.vocabulary`: upstream's substring
-   rule for the seven upstream scenarios, whole words for others);
+   option's action (by the scenario's keywords, `core.vocabulary`: upstream's substring rule for
+   the seven upstream scenarios, whole words for others);
 4. num_turns += 1; reaching the step cap stops; otherwise the next state is prepared.
-
-The seven upstream scenarios' rules, as declared in their modules (state = image + displayed
-options); a scenario that declares nothing more plays the generic frame ladder (each accepted
-request moves one frame toward reference_image; last turn category only; cap num_images):
-- ROD: LEFT/RIGHT move -1/+1 modulo num_images; on the first turn only the moves are accepted
-  (a category there is wrong); cap num_images.
-- VSOD: REWIND/WAIT move -1/+1 modulo num_images; cap num_images.
-- MVP-N: next frame = valid_images[num_turns]; on the last turn (num_turns+1 == num_images)
-  only the category is accepted; cap num_images.
-- ImageNet-C: the only accepted proactive option is `quality_answer` (if it is not among the
-  options, as in the random-suggestion probe, every non-abstain option is); each move is
-  severity -1; last turn category only; cap num_images.
-- QuickDraw: DETAILS adds a stroke (+1); last turn category only; cap num_images.
-- ChangeIt: REWIND/WAIT move -/+ step_size, not circular; "Rewind the video." is hidden while
-  image_id - step_size < 0, else the first "Wait for the" option is hidden while
-  image_id + step_size >= num_images (upstream's elif: only one is hidden); cap max_steps.
-- COCO: one frame (the full image); the view is a crop computed from the record's crop and the
-  current steps (`coco_crop_box`); a move on an axis grows that axis' step linearly; exhausted
-  directions' options are removed; caps granularity / 2*granularity (diagonal) / granularity+1
-  (zoom). Reference mode shows the uncropped image.
 
 Modes: "mcqa" (the loop above), "reference" (the reference frame, the 4 categories only, one
 turn), "oeg" (one turn, no options; the answer is scored by a judge, see `runtime.open_ended`).
@@ -44,15 +24,14 @@ Choices where upstream is silent or crashes ([I]/[?] points, documented here):
 - Random-suggestion probe: upstream's `random=True` keeps every option visible, counts every
   non-abstain option as correct and then performs a *random* action of the scenario; the records
   with replaced options were not released. We replace every non-abstain option of the record by
-  a distinct option from other scenarios whose action is not in this scenario's action space
-  (`FOREIGN_SUGGESTIONS`), picked with a Random seeded by (seed, key); the random action uses the
-  same generator, so runs are reproducible (upstream uses the unseeded global `random`).
+  a distinct option of the probe's fixed pool (`transforms.probe_pool`: the suggestions
+  upstream's scenarios declare for it) whose action is not in this scenario's action space,
+  picked with a Random seeded by (seed, key); the random action uses the same generator, so runs
+  are reproducible (upstream uses the unseeded global `random`).
 - Upstream asserts (crashes) when a correct option names no action of the scenario, or when a
-  ChangeIt move leaves the video (possible only if both ends bind at once); we raise
-  `MalformedRecord` for the first and end the episode as wrong for the second.
+  move leaves the frames (possible only if both ends bind at once); we raise `MalformedRecord`
+  for the first and end the episode as wrong for the second.
 - Frames come from the row: frame k of `frames` shows template slot value `frame_ids[k]`.
-  Upstream's path patch for one corrupt ROD file (`..._greenr-banana-s6`) is a file-level fix the
-  builder resolves, not a state change, so it has no counterpart here.
 """
 from __future__ import annotations
 
@@ -63,77 +42,24 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from proactivebench_builder.core import prompts
-from proactivebench_builder.core.prompts import (  # noqa: F401 (config names, re-exported)
-    CIT, COCO, CONFIGS, INC, MVPN, QD, ROD, VSOD)
-from proactivebench_builder.runtime import behaviours
-from proactivebench_builder.runtime.behaviours import (  # noqa: F401 (re-exported names)
-    COCO_MOVE_OPTIONS, COCO_ZOOM_OPTION, REWIND_OPTION, MalformedRecord, UnknownConfig,
-    coco_crop_box)
-from proactivebench_builder.core import vocabulary
+from proactivebench_builder import transforms
+from proactivebench_builder.core import prompts, vocabulary
+from proactivebench_builder.core.play import MalformedRecord
+from proactivebench_builder.transforms import UnknownConfig  # noqa: F401 (re-exported)
 
 MODES = ("mcqa", "reference", "oeg")
 STOP = "STOP"
-
-# Proactive options of the seven upstream scenarios, for the random-suggestion probe: a scenario
-# is offered only those whose action it does not have (e.g. "Rewind the video." for QuickDraw).
-# A fixed pool, so that adding a scenario never changes another scenario's probe.
-FOREIGN_SUGGESTIONS = (
-    "Move the occluding object to the left.", "Move the occluding object to the right.",
-    "Rewind the video.", "Wait for the occlusion to disappear.",
-    "Rotate the object.", "Change the camera angle of the object.",
-    "Increase the brightness.", "Increase the contrast.", "Increase the saturation.",
-    "Deblur the image.", "Denoise the image.", "Remove the JPEG compression.",
-    "Increase image resolution.",
-    "Make this drawing more complete.", "Add more details.",
-    "Move the camera up.", "Move the camera down.", "Move farther from the object.",
-)
-
-# Older spellings users type for upstream configs, besides each scenario's config name,
-# scenario name and short name.
-_EXTRA_ALIASES = {"imagenet_c": INC, "inc": INC, "mvpn": MVPN}
-
-
-def config_aliases() -> dict[str, str]:
-    """Every name `resolve_config` accepts (lower case) and the config it names."""
-    from proactivebench_builder.transforms import load_scenarios
-
-    aliases = {}
-    for name, cls in load_scenarios().items():
-        short = cls.environment.short_name or cls.config_name
-        for alias in (cls.config_name, name, short):
-            aliases[alias.lower()] = cls.config_name
-    aliases.update({k: v for k, v in _EXTRA_ALIASES.items() if v in aliases.values()})
-    return aliases
-
-
-def known_configs() -> list[str]:
-    """The configs of every registered scenario: upstream's seven in the paper's order, then the
-    others sorted."""
-    from proactivebench_builder.transforms import load_scenarios
-
-    configs = {cls.config_name for cls in load_scenarios().values()}
-    return [c for c in CONFIGS if c in configs] + sorted(configs - set(CONFIGS))
-
-
-def resolve_config(name: str) -> str:
-    """The config name from a config name, a scenario name or a short name (any case)."""
-    config = config_aliases().get(name.strip().lower())
-    if config is None:
-        raise ValueError(f"unknown scenario/config {name!r}; known: "
-                         f"{', '.join(known_configs())}")
-    return config
 
 
 def config_of(record: dict, config: str | None = None) -> str:
     """The record's config: the explicit argument, else the prefix of `key` ("QuickDraw/...")."""
     if config:
-        return resolve_config(config)
+        return transforms.resolve_config(config)
     key = record.get("key") or ""
     prefix = key.split("/", 1)[0]
     if not prefix:
         raise ValueError("record has no `key`; pass config= explicitly")
-    return resolve_config(prefix)
+    return transforms.resolve_config(prefix)
 
 
 def decode_frame(frame) -> Image.Image:
@@ -190,7 +116,7 @@ class Environment:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.record = record
         self.config = config
-        self.rules = behaviours.for_config(config)
+        self.rules = transforms.behaviour_for_config(config)
         self.mode = mode
         self.hint = hint
         self.random_suggestions = random_suggestions
@@ -229,9 +155,10 @@ class Environment:
         if not self.random_suggestions or self.preset_options:
             return options
         own = set(self.rules.action_space(self.record))
-        pool = [o for o in FOREIGN_SUGGESTIONS if vocabulary.action_of(o) not in own]
+        foreign = transforms.probe_pool()
+        pool = [o for o in foreign if transforms.upstream_action_of(o) not in own]
         if len(pool) < len(options):  # a scenario with (nearly) every action: any suggestion
-            pool = list(FOREIGN_SUGGESTIONS)
+            pool = list(foreign)
         rng = random.Random(f"{self.seed}|{self.config}|{self.key}|foreign-options")
         picks = iter(rng.sample(pool, sum(not vocabulary.is_abstain(o) for o in options)))
         return [o if vocabulary.is_abstain(o) else next(picks) for o in options]
@@ -345,7 +272,7 @@ class Environment:
         random keyword of the scenario's actions instead."""
         play = self.rules.play
         allowed = self.rules.action_space(self.record)
-        keywords = [(k, a) for k, a in vocabulary.scenario_keywords(play) if a in allowed]
+        keywords = [(k, a) for k, a in self.rules.keywords() if a in allowed]
         if self.random_suggestions:
             return self._rng.choice(keywords)[1]
         low = option.lower()
@@ -416,19 +343,11 @@ def make_environment(record: dict, mode: str = "mcqa", hint: bool = False,
                        random_suggestions=random_suggestions, history=history, seed=seed)
 
 
-def _check_foreign_pool() -> None:
-    for option in FOREIGN_SUGGESTIONS:
-        vocabulary.action_of(option)     # raises when an option names no action or several
-
-
-_check_foreign_pool()
-
-
 def action_space(config: str, record: dict | None = None) -> tuple[str, ...]:
-    return behaviours.for_config(config).action_space(record)
+    return transforms.behaviour_for_config(config).action_space(record)
 
 
 def reachable_frame_ids(record: dict, config: str) -> list[int]:
     """Every template slot value an episode (any mode) can show, sorted: what a row's
     `frame_ids` must cover. Used to attach frames to upstream JSONL records."""
-    return behaviours.for_config(config).reachable_frame_ids(record)
+    return transforms.behaviour_for_config(config).reachable_frame_ids(record)

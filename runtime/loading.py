@@ -23,8 +23,8 @@ import os
 import sys
 from typing import Iterator
 
+from proactivebench_builder import transforms
 from proactivebench_builder.runtime import environments as envs
-from proactivebench_builder.core.prompts import CIT, COCO, CONFIGS, INC, MVPN, ROD
 
 PARQUET_SPLITS = {"test": "", "unfiltered": "unfiltered"}
 JSONL_SUFFIX = "_preprocessed.jsonl"
@@ -86,7 +86,7 @@ def configs_in(data: str) -> list[str]:
     except Exception as err:  # offline or unknown id: fall back to what we can play
         print(f"evaluate: could not list the configs of {data!r} ({type(err).__name__}: {err}); "
               "trying every registered config", file=sys.stderr)
-        return envs.known_configs()
+        return transforms.known_configs()
 
 
 def available_configs(data: str) -> list[str]:
@@ -95,13 +95,12 @@ def available_configs(data: str) -> list[str]:
     found, playable = configs_in(data), []
     for config in found:
         try:
-            envs.behaviours.for_config(config)
-        except envs.UnknownConfig as err:
+            transforms.behaviour_for_config(config)
+        except transforms.UnknownConfig as err:
             print(f"evaluate: skipping config {config!r} of {data}: {err}", file=sys.stderr)
             continue
         playable.append(config)
-    order = envs.known_configs()
-    return sorted(playable, key=order.index)
+    return transforms.config_order(playable)
 
 
 def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
@@ -129,26 +128,9 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:
-    """The relative image path upstream opens for a slot value (upstream's slot rules); for a
-    config upstream does not have, the path its scenario's `frame_path` names."""
-    template = record["image_template"]
-    if config not in CONFIGS:
-        from proactivebench_builder.transforms import scenario_for_config
-
-        cls = scenario_for_config(config)
-        return cls.frame_path(object.__new__(cls), record, image_id)  # reads only the row
-    if config == COCO:
-        return template
-    if config == INC:
-        return template.format(level=image_id)
-    if config in (ROD, CIT):
-        return template.format(image=image_id)
-    if config == MVPN:
-        # {informative} is 1 only for the view shown on the last turn and in reference mode.
-        last = record["valid_images"][record["num_images"] - 1]
-        informative = int(image_id in (last, record["reference_image"]))
-        return template.format(informative=informative, image=str(image_id).zfill(4))
-    return template.format(image=str(image_id).zfill(4))
+    """The relative image path upstream opens for a slot value: the template filled as the
+    config's scenario declares (`Play.frame_path`, which reads only the record)."""
+    return transforms.behaviour_for_config(config).play.frame_path(record, image_id)
 
 
 def attach_frames(record: dict, config: str, data_dir: str) -> dict:

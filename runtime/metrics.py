@@ -7,7 +7,7 @@ scenarios present (the paper's "avg" column).
 """
 from __future__ import annotations
 
-from proactivebench_builder.core.prompts import CONFIGS, short_name
+from proactivebench_builder import transforms
 
 
 def episode_metrics(stats: list[dict]) -> dict:
@@ -36,7 +36,7 @@ def by_scenario(results: list[dict], metric=episode_metrics) -> dict:
     grouped: dict[str, list[dict]] = {}
     for result in results:
         grouped.setdefault(result["config"], []).append(result)
-    order = [c for c in CONFIGS if c in grouped] + sorted(set(grouped) - set(CONFIGS))
+    order = transforms.config_order(grouped)
     table = {config: metric(grouped[config]) for config in order}
     if table:
         keys = [k for k in next(iter(table.values())) if k != "n"]
@@ -52,7 +52,7 @@ def format_table(table: dict) -> str:
     keys = [k for k in table["avg"] if k != "n"]
     lines = [f"{'scenario':<10}{'n':>7}" + "".join(f"{k:>9}" for k in keys)]
     for config, metrics in table.items():
-        label = short_name(config) if config != "avg" else config
+        label = transforms.short_name(config) if config != "avg" else config
         lines.append(f"{label:<10}{metrics['n']:>7}"
                      + "".join(f"{metrics[k]:>9.1f}" if k != "psr" else f"{metrics[k]:>9.2f}"
                                for k in keys))

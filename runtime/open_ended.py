@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from proactivebench_builder import transforms
+
 
 SYSTEM_PROMPT = (
     "You are an automatic evaluation system.\n\nYou will receive:\n- A user prompt\n"
@@ -42,9 +44,7 @@ _VERDICTS = re.compile(r"[01](?:\s*,\s*[01])*")
 
 def threshold(config: str) -> int:
     """Leading valid answers that are proactive suggestions, as the scenario declares."""
-    from proactivebench_builder.runtime import behaviours, environments
-
-    return behaviours.for_config(environments.resolve_config(config)).play.threshold
+    return transforms.behaviour_for_config(transforms.resolve_config(config)).play.threshold
 
 
 def correct_answer_list(valid_answers: str) -> list[str]:

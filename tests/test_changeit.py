@@ -13,12 +13,16 @@ from PIL import Image
 from conftest import (
     build_once, file_bytes, file_text, private_miniature, read_jsonl, run, shard_files)
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.transforms.base import BadItem
-from proactivebench_builder.transforms.changeit import (
-    ACTION_QUESTIONS, LABEL_COLOURS_RGB, MINIATURE_VIDEOS, OBJECT_QUESTIONS, REWIND_OPTION,
-    WAIT_OPTIONS, ChangeIt, Excluded, _expand_runs, parse_annotation, parse_categories_csv,
-    parse_labels_csv, parse_video_list, plan_sequence, video_id_of)
-from proactivebench_builder.core.vocabulary import action_of, is_abstain
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.changeit.scenario import (
+    ACTION_QUESTIONS, OBJECT_QUESTIONS, ChangeIt, Excluded, plan_sequence)
+from proactivebench_builder.transforms.changeit.miniature import (
+    LABEL_COLOURS_RGB, MINIATURE_VIDEOS, _expand_runs)
+from proactivebench_builder.transforms.changeit.play import REWIND_OPTION, WAIT_OPTIONS
+from proactivebench_builder.transforms.changeit.csvs import (
+    parse_annotation, parse_categories_csv, parse_labels_csv, parse_video_list, video_id_of)
+from proactivebench_builder.core.vocabulary import is_abstain
+from proactivebench_builder.transforms import upstream_action_of
 
 # unmodified files of github.com/soCzech/ChangeIt at f93cd98 (MIT, see its LICENCE)
 REAL = os.path.join(os.path.dirname(__file__), "data", "changeit_repo")
@@ -69,8 +73,8 @@ def label_of_colour(image: Image.Image) -> int:
 # ---- option and question pools ------------------------------------------------------------------
 
 def test_proactive_options_are_one_upstream_action_each():
-    assert action_of(REWIND_OPTION) == "REWIND"
-    assert {action_of(o) for o in WAIT_OPTIONS.values()} == {"FORWARD"}
+    assert upstream_action_of(REWIND_OPTION) == "REWIND"
+    assert {upstream_action_of(o) for o in WAIT_OPTIONS.values()} == {"FORWARD"}
     assert all("Wait for the" in o for o in WAIT_OPTIONS.values())  # what upstream hides at the end
     assert WAIT_OPTIONS["object"] == "Wait for the object to appear."  # the paper's Fig. 17
     assert len(set(OBJECT_QUESTIONS)) == 15 and len(set(ACTION_QUESTIONS)) == 11  # App. A.6 sizes
@@ -415,7 +419,8 @@ def test_real_repository_files_build_end_to_end(tmp_path):
     shutil.copytree(REAL, root)
     labels = parse_annotation(file_text(f"{REAL}/annotations/eggs/jU3_JVh1YwA.fps1.csv"),
                               {0, 1, 2, 3})
-    from proactivebench_builder.transforms.changeit import _painted_frame, encode_jpeg
+    from proactivebench_builder.transforms.changeit.miniature import _painted_frame
+    from proactivebench_builder.transforms.changeit.video import encode_jpeg
     folder = root / "frames" / "eggs" / "jU3_JVh1YwA"
     folder.mkdir(parents=True)
     for second, label in enumerate(labels):
@@ -453,7 +458,7 @@ def test_the_evaluation_runtime_plays_the_rows_as_upstream(rows):
 def test_last_annotated_second_may_lie_just_past_the_last_frame(tmp_path):
     """ffmpeg's fps=1 rounds to the nearest second, so an annotation can name a second just past
     a video's last frame (that frame stands in); further than the tolerance is too short."""
-    from proactivebench_builder.transforms.changeit import VideoReader
+    from proactivebench_builder.transforms.changeit.video import VideoReader
 
     path = str(tmp_path / "v.mp4")
     _write_short_mp4(path, 15)
@@ -477,7 +482,7 @@ def test_a_remote_video_is_decoded_from_a_temporary_copy(source):
     """OpenCV needs a local file: a video under any fsspec URL is copied, read, then removed."""
     import fsspec
 
-    from proactivebench_builder.transforms.changeit import VideoReader
+    from proactivebench_builder.transforms.changeit.video import VideoReader
 
     local = os.path.join(source, "changeit", "downloads", "tie", "Lm4kJh8gF2d.mp4")
     url = "memory://changeit-test/Lm4kJh8gF2d.mp4"

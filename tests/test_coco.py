@@ -16,12 +16,15 @@ from PIL import Image
 from conftest import (build_once, file_bytes, private_miniature, read_jsonl, run,
                       shard_files)
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.transforms.base import BadItem
-from proactivebench_builder.transforms.coco import (
-    CARDINAL, DIAGONAL, MINIATURE_IMAGES, MOVE_OPTIONS, QUESTIONS, ZOOM_OPTION, Coco, CropRules,
-    coverage, hard_negatives, iou, plan_crop, try_direction)
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.coco.crops import (
+    CARDINAL, DIAGONAL, CropRules, coverage, iou, plan_crop, try_direction)
+from proactivebench_builder.transforms.coco.miniature import MINIATURE_IMAGES
+from proactivebench_builder.transforms.coco.play import MOVE_OPTIONS, ZOOM_OPTION
+from proactivebench_builder.transforms.coco.scenario import QUESTIONS, Coco, hard_negatives
 from proactivebench_builder.core.vocabulary import (
-    ABSTAIN_OPTIONS, action_of, format_category, is_abstain)
+    ABSTAIN_OPTIONS, format_category, is_abstain)
+from proactivebench_builder.transforms import upstream_action_of
 
 CONFIG = "coco2014"
 MANIFEST = manifest_of("coco")
@@ -83,7 +86,7 @@ def play_oracle(record: dict):
                       if not is_abstain(o)]
         if not moves_left or turns == max_steps:
             return boxes, moves, turns, max_steps
-        action = action_of(moves_left[0])
+        action = upstream_action_of(moves_left[0])
         moves.append(action)
         if action in ("LEFT", "RIGHT", "ZOOM"):
             nh += 1
@@ -162,8 +165,8 @@ def test_manifest_holds_the_real_80_categories():
 
 def test_every_option_is_one_upstream_action():
     for move, option in MOVE_OPTIONS.items():
-        assert action_of(option) == EXPECTED_ACTION[move]
-    assert action_of(ZOOM_OPTION) == "ZOOM"
+        assert upstream_action_of(option) == EXPECTED_ACTION[move]
+    assert upstream_action_of(ZOOM_OPTION) == "ZOOM"
     assert len(QUESTIONS) == len(set(QUESTIONS)) == 15
 
 
@@ -291,7 +294,7 @@ def test_records_field_by_field(rows, source_root):
         assert len(abstain) == 1 and abstain[0] in ABSTAIN_OPTIONS
         expected = [ZOOM_OPTION] if d == "zoom" else [MOVE_OPTIONS[m] for m in d.split("_")]
         assert sorted(proactive) == sorted(expected)
-        assert {action_of(o) for o in proactive} == {EXPECTED_ACTION[m] for m in
+        assert {upstream_action_of(o) for o in proactive} == {EXPECTED_ACTION[m] for m in
                                                     (d.split("_") if d != "zoom" else ["zoom"])}
         # categories: the answer plus its three hard negatives, formatted as upstream shows them
         category = table[objects[0][0]]["name"]

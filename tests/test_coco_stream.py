@@ -16,14 +16,16 @@ import fsspec
 import pytest
 
 from proactivebench_builder.pipeline.build import unit_values
-from proactivebench_builder.transforms import coco
-from proactivebench_builder.transforms.coco import (
-    ANNOTATION_FIELDS, NOT_COCO, AnnotationIndex, Coco, ImageObjects, StreamedArray,
-    index_annotations, iter_top_level, read_index)
+from proactivebench_builder.core import jsonstream
+from proactivebench_builder.transforms.coco import annotations
+from proactivebench_builder.transforms.coco.annotations import (
+    ANNOTATION_FIELDS, NOT_COCO, AnnotationIndex, ImageObjects, index_annotations, read_index)
+from proactivebench_builder.transforms.coco.scenario import Coco
+from proactivebench_builder.core.jsonstream import StreamedArray, iter_top_level
 
 # small enough that keys, strings, escapes, numbers and multi-byte characters all fall across
 # chunk edges, plus the default
-CHUNK_SIZES = (1, 2, 3, 7, 64, coco.READ_CHUNK_BYTES)
+CHUNK_SIZES = (1, 2, 3, 7, 64, jsonstream.READ_CHUNK_BYTES)
 
 
 # ---- the former reader, as the reference -----------------------------------------------------
@@ -313,7 +315,7 @@ def test_a_long_element_is_not_reparsed_chunk_by_chunk():
 
 
 def test_an_element_that_never_ends_stops_at_the_cap(monkeypatch):
-    monkeypatch.setattr(coco, "MAX_VALUE_CHARS", 10_000)
+    monkeypatch.setattr(jsonstream, "MAX_VALUE_CHARS", 10_000)
     data = b'{"images": [], "annotations": [{"id": 1, "segmentation": "' + b"x" * 1_000_000
     stream = CountingStream(data)
     with pytest.raises(ValueError, match=r"annotations\[0\] at character 31 is longer than"):
@@ -328,7 +330,7 @@ SMALL = json.dumps({"info": {"a": "é"}, "images": [image(1), image(2)],
                     "categories": [{"id": 18, "name": "dog"}]}).encode("utf-8")
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 16, coco.READ_CHUNK_BYTES])
+@pytest.mark.parametrize("chunk_bytes", [1, 16, jsonstream.READ_CHUNK_BYTES])
 def test_a_truncated_file_is_a_clear_error_wherever_it_is_cut(chunk_bytes):
     for cut in range(len(SMALL)):
         with pytest.raises(ValueError) as raised:
@@ -354,7 +356,7 @@ def characters(data: bytes) -> int:
     return len(data.decode("utf-8"))
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 16, coco.READ_CHUNK_BYTES])
+@pytest.mark.parametrize("chunk_bytes", [1, 16, jsonstream.READ_CHUNK_BYTES])
 def test_invalid_syntax_is_a_clear_error_naming_its_position(chunk_bytes):
     text = SMALL.decode("utf-8")
     broken = {  # the broken text -> where the error is found
@@ -409,7 +411,7 @@ def test_a_broken_file_is_a_dead_letter_of_each_unit(tmp_path):
         assert len(letters) == 1
         assert letters[0]["reason"].startswith(
             "unreadable source unit: ValueError: truncated JSON: the file ends at character")
-    assert path not in coco._CACHE
+    assert path not in annotations._CACHE
 
 
 # ---- memory --------------------------------------------------------------------------------------

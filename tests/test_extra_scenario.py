@@ -19,7 +19,9 @@ from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
 from proactivebench_builder.transforms import load_scenarios
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.core.play import Play, VocabularyError
+from proactivebench_builder import transforms
+from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.vocabulary import VocabularyError
 
 CONFIG = "Focus"
 
@@ -48,8 +50,8 @@ def test_it_is_registered_from_outside_the_package():
     cls = load_scenarios()["focus"]
     assert cls.__module__ == "focus_scenario"
     assert os.path.dirname(__import__("focus_scenario").__file__) == EXTRA_SCENARIO_DIR
-    assert envs.resolve_config("FOC") == envs.resolve_config("focus") == CONFIG
-    assert CONFIG in envs.known_configs()
+    assert transforms.resolve_config("FOC") == transforms.resolve_config("focus") == CONFIG
+    assert CONFIG in transforms.known_configs()
 
 
 def test_build_and_validate(focus_build):
@@ -122,17 +124,17 @@ def test_the_runtime_names_configs_it_cannot_play(focus_build, tmp_path, capsys)
 
 
 def test_matching_is_scoped_and_whole_word_for_new_scenarios():
-    play = load_scenarios()["focus"].environment
-    assert vocabulary.scenario_action_of("Sharpen up the picture.", play) == "SHARPEN"
-    assert vocabulary.scenario_action_of("Bring the image into FOCUS.", play) == "SHARPEN"
+    play = load_scenarios()["focus"].environment.rules(CONFIG)
+    assert play.action_of("Sharpen up the picture.") == "SHARPEN"
+    assert play.action_of("Bring the image into FOCUS.") == "SHARPEN"
     with pytest.raises(ValueError):
-        vocabulary.scenario_action_of("Resharpening would help.", play)   # not the word
-    ladder = Play(actions={"ROTATE": ("angle",)})
+        play.action_of("Resharpening would help.")   # not the word
+    ladder = Play(actions={"ROTATE": ("angle",)}).rules("Ladder")
     with pytest.raises(ValueError):
-        vocabulary.scenario_action_of("Show the rectangle.", ladder)       # "angle" in a word
+        ladder.action_of("Show the rectangle.")       # "angle" in a word
     # The seven upstream scenarios keep upstream's substring rule (released records need it).
-    mvpn = load_scenarios()["mvpn"].environment
-    assert vocabulary.scenario_action_of("Show me another viewpoint.", mvpn) == "ROTATE"
+    mvpn = transforms.behaviour_for_config("MVP-N")
+    assert mvpn.action_of("Show me another viewpoint.") == "ROTATE"
 
 
 class _Fake:
@@ -211,14 +213,12 @@ def test_two_scenarios_may_share_a_new_keyword_for_the_same_action():
 
 
 def test_declaration_mistakes_are_caught_when_declared():
-    from proactivebench_builder.runtime import behaviours
-    from proactivebench_builder.core import play as environment
+    from proactivebench_builder.core.play import Steps
 
-    assert set(environment.BEHAVIOURS) == set(behaviours.BEHAVIOURS)
-    with pytest.raises(VocabularyError, match="unknown behaviour 'ladder'"):
+    with pytest.raises(VocabularyError, match="behaviour must be a Behaviour class"):
         Play(behaviour="ladder")
     with pytest.raises(VocabularyError, match="needs a move per action"):
-        Play(actions={"DEFOG": ("defog",)}, behaviour="steps")
+        Play(actions={"DEFOG": ("defog",)}, behaviour=Steps)
     with pytest.raises(VocabularyError, match="last_turn"):
         Play(last_turn="never")
 

@@ -188,7 +188,7 @@ def rod_members(root: str) -> dict[str, list[tuple[str, bytes]]]:
 
 
 def inject_rod(root: str) -> list[Fault]:
-    from proactivebench_builder.transforms.rod import tar_gz
+    from proactivebench_builder.transforms.rod.miniature import tar_gz
 
     archives = rod_members(root)
     base = {int(re.search(r"-s(\d+)\.jpg$", n).group(1)): d for n, d in archives["rod_1.tar.gz"]
@@ -517,7 +517,7 @@ def inject_non_utf8(name: str, root: str) -> None:
         shutil.copytree(os.path.join(root, corruption, "5", "n01440764"),
                         os.fsdecode(r + f"/{corruption}/5/".encode() + b"n0144076\xe9"))
     elif name == "rod":
-        from proactivebench_builder.transforms.rod import tar_gz
+        from proactivebench_builder.transforms.rod.miniature import tar_gz
 
         members = rod_members(root)["rod_1.tar.gz"]
         stem = os.fsdecode(b"natural_bluebl_greenr-caf\xe9")
@@ -559,7 +559,8 @@ def test_non_utf8_file_name(tmp_path, miniature_root, name):
 
 def test_max_bad_fraction_fails_the_build_with_a_clear_message(tmp_path, miniature_root,
                                                                 capsys):
-    from proactivebench_builder.pipeline.commands.build import BuildFailed, main, run_build
+    from proactivebench_builder.core.errors import BuildFailed
+    from proactivebench_builder.pipeline.commands.build import main, run_build
 
     sources_root, root = copy_source(miniature_root, tmp_path, "quickdraw")
     inject_quickdraw(root)

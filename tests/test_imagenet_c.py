@@ -10,7 +10,8 @@ import pytest
 
 from conftest import read_json, read_jsonl, run
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.core.vocabulary import action_of, is_abstain
+from proactivebench_builder.core.vocabulary import is_abstain
+from proactivebench_builder.transforms import upstream_action_of
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def rows(built_miniature):
 def test_enhancements_are_the_upstream_quality_actions():
     manifest = manifest_of("imagenet_c")
     for action, option in manifest["enhancements"].items():
-        assert action_of(option) == action
+        assert upstream_action_of(option) == action
     assert set(manifest["corruption_actions"].values()) == set(manifest["enhancements"])
 
 
@@ -36,7 +37,7 @@ def test_severity_ladder_and_quality_options(rows):
             manifest["corruption_actions"][corruption]]
         assert len(row["options"]) == 5 and row["quality_answer"] in row["options"]
         assert sum(is_abstain(o) for o in row["options"]) == 1
-        assert len({action_of(o) for o in row["options"] if not is_abstain(o)}) == 4
+        assert len({upstream_action_of(o) for o in row["options"] if not is_abstain(o)}) == 4
         assert row["answer"] in row["categories"] and len(set(row["categories"])) == 4
         assert [f.size for f in row["frames"]] == [(64, 64)] * 5
 

@@ -6,7 +6,7 @@ import os
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.transforms.imagenet_c import ImageNetC
+from proactivebench_builder.transforms.imagenet_c.scenario import ImageNetC
 
 EXTRA = ("snow", "frost", "fog")  # in the release, not in the manifest
 

@@ -16,9 +16,11 @@ from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.transforms.base import BadItem
-from proactivebench_builder.transforms.mvpn import (
-    MVPN, QUESTIONS, ROTATE_REQUESTS, load_sample_list, order_views)
+from proactivebench_builder.transforms import upstream_action_of
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.mvpn.scenario import (
+    MVPN, QUESTIONS, load_sample_list, order_views)
+from proactivebench_builder.transforms.mvpn.play import ROTATE_REQUESTS
 
 CONFIG = "MVP-N"
 MANIFEST = manifest_of("mvpn")
@@ -64,7 +66,7 @@ def test_pools_hold_eleven_rotate_phrasings_and_fifteen_questions():
     assert len(ROTATE_REQUESTS) == 11 == len(set(ROTATE_REQUESTS))
     assert len(QUESTIONS) == 15 == len(set(QUESTIONS))
     for option in ROTATE_REQUESTS:
-        assert vocabulary.action_of(option) == "ROTATE"
+        assert upstream_action_of(option) == "ROTATE"
         assert not vocabulary.is_abstain(option)
 
 

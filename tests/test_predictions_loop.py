@@ -17,7 +17,7 @@ import pytest
 
 from conftest import read_json, run
 
-from proactivebench_builder.pipeline.commands.build import BuildFailed
+from proactivebench_builder.core.errors import BuildFailed
 from proactivebench_builder.runtime.cli import main as evaluate
 
 RUN_PIPELINE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -9,10 +9,12 @@ import datasets
 import pytest
 
 from conftest import file_text, read_json, read_jsonl, run
-from proactivebench_builder.transforms.quickdraw import (DETAIL_REQUESTS, QuickDraw,
-                                                         parse_strokes)
-from proactivebench_builder.core.vocabulary import action_of, is_abstain
-from proactivebench_builder.transforms.base import BadItem
+from proactivebench_builder.transforms.quickdraw.play import DETAIL_REQUESTS
+from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
+from proactivebench_builder.transforms.quickdraw.strokes import parse_strokes
+from proactivebench_builder.core.vocabulary import is_abstain
+from proactivebench_builder.transforms import upstream_action_of
+from proactivebench_builder.core.errors import BadItem
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,7 @@ def rows(built_miniature):
 
 
 def test_every_request_is_one_upstream_details_action():
-    assert {action_of(option) for option in DETAIL_REQUESTS} == {"DETAILS"}
+    assert {upstream_action_of(option) for option in DETAIL_REQUESTS} == {"DETAILS"}
 
 
 def test_frames_are_stroke_prefixes_ending_in_the_full_drawing(rows, miniature_root):
@@ -40,7 +42,7 @@ def test_question_has_upstream_option_semantics(rows):
     for row in rows:
         assert len(row["options"]) == 2
         requests = [o for o in row["options"] if not is_abstain(o)]
-        assert len(requests) == 1 and action_of(requests[0]) == "DETAILS"
+        assert len(requests) == 1 and upstream_action_of(requests[0]) == "DETAILS"
         assert len(row["categories"]) == 4 and row["answer"] in row["categories"]
         assert all(c.endswith(".") and c[0].isupper() for c in row["categories"])
         assert row["key"].startswith("QuickDraw/") and row["answer"] == \
@@ -103,7 +105,7 @@ def test_bad_lines_become_dead_letters_and_the_build_goes_on(tmp_path, miniature
 
 
 def test_too_many_bad_inputs_fail_the_build_clearly(tmp_path, miniature_root):
-    from proactivebench_builder.pipeline.commands.build import BuildFailed
+    from proactivebench_builder.core.errors import BuildFailed
 
     root = _faulty_source(tmp_path, miniature_root)
     with pytest.raises(BuildFailed, match="too many bad inputs.*quickdraw"):

@@ -18,9 +18,10 @@ import pytest
 from conftest import IN_PROCESS, read_json, run
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.seeding import hash_rank
-from proactivebench_builder.transforms.base import BadItem
-from proactivebench_builder.transforms import quickdraw
-from proactivebench_builder.transforms.quickdraw import FileScan, QuickDraw
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.quickdraw import scan
+from proactivebench_builder.transforms.quickdraw.scan import FileScan
+from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
 
 TRAIN = "quickdraw/train"
 
@@ -129,7 +130,7 @@ def test_the_rank_of_the_scan_is_hash_rank(tmp_path):
 def test_the_scan_keeps_what_a_full_parse_of_every_line_keeps(tmp_path, monkeypatch, seed,
                                                               read_bytes):
     if read_bytes:  # blocks smaller than a line: every line straddles a block boundary
-        monkeypatch.setattr(quickdraw, "READ_BYTES", read_bytes)
+        monkeypatch.setattr(scan, "READ_BYTES", read_bytes)
     lines = generated_lines(seed, 3000)
     rng = random.Random(seed)
     good = json.loads(lines[7])
@@ -329,8 +330,8 @@ def test_a_build_reads_each_category_file_once_and_balances_both_splits(tmp_path
 
 
 def test_an_overlong_line_is_one_dead_letter_and_the_rest_is_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(quickdraw, "READ_BYTES", 4096)
-    monkeypatch.setattr(quickdraw, "MAX_LINE_BYTES", 10000)
+    monkeypatch.setattr(scan, "READ_BYTES", 4096)
+    monkeypatch.setattr(scan, "MAX_LINE_BYTES", 10000)
     lines = generated_lines(7, 200)
     lines.insert(100, "[" * 50000)  # no newline for longer than any real line
     path = write_category(tmp_path, "cat", lines)

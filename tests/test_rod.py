@@ -15,10 +15,12 @@ from PIL import Image
 from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.transforms.base import BadItem
-from proactivebench_builder.transforms.rod import (
-    MOVE_LEFT, MOVE_RIGHT, QUESTIONS, ROD, normalise_class, occluder_of, parse_stem,
-    sweep_frame, tar_gz)
+from proactivebench_builder.transforms import upstream_action_of
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.rod.play import MOVE_LEFT, MOVE_RIGHT
+from proactivebench_builder.transforms.rod.scenario import (
+    QUESTIONS, ROD, normalise_class, occluder_of, parse_stem)
+from proactivebench_builder.transforms.rod.miniature import sweep_frame, tar_gz
 
 CONFIG = "Realistic-Occlusion-Dataset"
 MANIFEST = manifest_of("rod")
@@ -95,7 +97,7 @@ def test_options_name_the_occluder_of_the_setting(rows):
         moves = [o for o in row["options"] if not vocabulary.is_abstain(o)]
         assert sorted(moves) == sorted([MOVE_LEFT.format(occluder=occluder),
                                         MOVE_RIGHT.format(occluder=occluder)])
-        assert sorted(vocabulary.action_of(o) for o in moves) == ["LEFT", "RIGHT"]
+        assert sorted(upstream_action_of(o) for o in moves) == ["LEFT", "RIGHT"]
         abstain = [o for o in row["options"] if vocabulary.is_abstain(o)]
         assert len(abstain) == 1 and abstain[0] in vocabulary.ABSTAIN_OPTIONS
         assert row["prompt"] in {q.format(occluder=occluder) for q in QUESTIONS}
@@ -173,7 +175,7 @@ def test_runtime_environment_reaches_the_reference_by_moving(rows):
 
     row = rows[0]
     moves = [o for o in row["options"] if not vocabulary.is_abstain(o)]
-    left = next(o for o in moves if vocabulary.action_of(o) == "LEFT")
+    left = next(o for o in moves if upstream_action_of(o) == "LEFT")
     env = Environment(row, CONFIG)
     for _ in range(7):
         obs = env.step(left)
@@ -330,8 +332,8 @@ def test_stem_parsing_is_lenient_about_the_class():
 
 def test_every_occluder_makes_valid_options():
     for occluder in PARAMS["occluders"].values():
-        assert vocabulary.action_of(MOVE_LEFT.format(occluder=occluder)) == "LEFT"
-        assert vocabulary.action_of(MOVE_RIGHT.format(occluder=occluder)) == "RIGHT"
+        assert upstream_action_of(MOVE_LEFT.format(occluder=occluder)) == "LEFT"
+        assert upstream_action_of(MOVE_RIGHT.format(occluder=occluder)) == "RIGHT"
     assert len(QUESTIONS) == 15 and len(set(QUESTIONS)) == 15
     assert all("{occluder}" in q for q in QUESTIONS)
     with pytest.raises(BadItem, match="unknown occluder"):

@@ -20,25 +20,38 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from proactivebench_builder import transforms
+from proactivebench_builder.core.conformance import CATEGORIES
 from proactivebench_builder.runtime import conformance
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime.episodes import run_episode
 from proactivebench_builder.runtime.metrics import episode_metrics
 from proactivebench_builder.runtime.policies import POLICIES
 
+from proactivebench_builder.transforms.coco.play import LEFT as COCO_LEFT  # noqa: E402
+from proactivebench_builder.transforms.quickdraw.play import RECORD as QD_RECORD  # noqa: E402
+from proactivebench_builder.transforms.rod.play import RECORD as ROD_RECORD  # noqa: E402
+from proactivebench_builder.transforms.vsod.play import RECORD as VSOD_RECORD  # noqa: E402
+
+# upstream's seven configs, in the paper's order
+ROD, VSOD, MVPN, INC, QD, CIT, COCO = (
+    "Realistic-Occlusion-Dataset", "OcclusionDataSet-MM20", "MVP-N", "ImageNet-C", "QuickDraw",
+    "ChangeIt", "coco2014")
+
 RECORDED = conformance.load_recorded(os.path.join(os.path.dirname(__file__), "data",
                                                   "upstream_recorded.json"))
 
-CASES = {case["name"]: case for case in conformance.CASES}
+DECLARED = conformance.declared_cases()
+CASES = {case["name"]: case for case in DECLARED}
 
 
 # ---- conformance ------------------------------------------------------------------------------
 
 
 def test_recording_covers_every_case_and_config():
-    assert [r["name"] for r in RECORDED] == [c["name"] for c in conformance.CASES]
-    configs = {envs.config_of(c["record"]) for c in conformance.CASES}
-    assert configs == set(envs.CONFIGS)
+    assert [r["name"] for r in RECORDED] == [c["name"] for c in DECLARED]
+    configs = {envs.config_of(c["record"]) for c in DECLARED}
+    assert configs == {ROD, VSOD, MVPN, INC, QD, CIT, COCO}
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r["name"])
@@ -65,7 +78,7 @@ def _env(record, **kwargs):
 
 
 def test_observation_prompt_is_the_upstream_template():
-    obs = _env(conformance.VSOD_RECORD, hint=True).reset()
+    obs = _env(VSOD_RECORD, hint=True).reset()
     assert obs.prompt == (
         "This is a frame extracted from a video. Answer the following question. What is shown? "
         "Hint: If there is an occlusion, waiting for it to disappear or rewinding the video "
@@ -77,39 +90,39 @@ def test_observation_prompt_is_the_upstream_template():
 
 
 def test_reference_mode_shows_reference_frame_and_categories_only():
-    env = _env(conformance.ROD_RECORD, mode="reference")
+    env = _env(ROD_RECORD, mode="reference")
     obs = env.reset()
-    assert obs.options == conformance.CATEGORIES
+    assert obs.options == CATEGORIES
     assert obs.image_id == 0 and obs.prompt.startswith("What type of object is in the image?")
     assert env.step("B").correct is True
 
 
 def test_coco_views_are_crops_and_reference_is_uncropped():
-    env = _env(conformance.COCO_LEFT)
+    env = _env(COCO_LEFT)
     assert env.reset().image.size == (70, 50)        # (190,100,260,150)
     env.step("A")
     assert env.observe().image.size == (80, 50)
-    assert _env(conformance.COCO_LEFT, mode="reference").reset().image.size == (600, 400)
+    assert _env(COCO_LEFT, mode="reference").reset().image.size == (600, 400)
 
 
 def test_frames_accept_decoded_images_and_bytes():
-    record = conformance.with_frames(conformance.QD_RECORD, envs.QD)
+    record = conformance.with_frames(QD_RECORD, QD)
     decoded = dict(record, frames=[Image.open(io.BytesIO(f["bytes"])) for f in record["frames"]])
     for row in (record, decoded):
         assert envs.make_environment(row).reset().image.size == (600, 400)
 
 
 def test_random_suggestions_replace_proactive_options_deterministically():
-    first = _env(conformance.QD_RECORD, random_suggestions=True, seed=3).reset().options
-    again = _env(conformance.QD_RECORD, random_suggestions=True, seed=3).reset().options
+    first = _env(QD_RECORD, random_suggestions=True, seed=3).reset().options
+    again = _env(QD_RECORD, random_suggestions=True, seed=3).reset().options
     assert first == again
     assert first[0] == "I cannot answer this question."
     assert first[1] != "Make this drawing more complete."
-    assert envs.vocabulary.action_of(first[1]) != "DETAILS"
+    assert transforms.upstream_action_of(first[1]) != "DETAILS"
 
 
 def test_history_keeps_earlier_turns():
-    env = _env(conformance.QD_RECORD, history=True)
+    env = _env(QD_RECORD, history=True)
     env.reset()
     obs = env.step("B")
     assert len(obs.history) == 1 and obs.history[0].answer_text == "B"
@@ -118,8 +131,8 @@ def test_history_keeps_earlier_turns():
 
 def test_unknown_config_and_missing_frame_are_errors():
     with pytest.raises(ValueError):
-        envs.resolve_config("nope")
-    record = conformance.with_frames(conformance.QD_RECORD, envs.QD)
+        transforms.resolve_config("nope")
+    record = conformance.with_frames(QD_RECORD, QD)
     record = dict(record, frame_ids=record["frame_ids"][:1], frames=record["frames"][:1])
     env = envs.make_environment(record)
     with pytest.raises(envs.MalformedRecord):
@@ -131,7 +144,7 @@ def test_unknown_config_and_missing_frame_are_errors():
 
 def _built_rows(output: str) -> dict[str, list[dict]]:
     rows = {}
-    for config in envs.known_configs():
+    for config in transforms.known_configs():
         folder = os.path.join(output, config)
         if not os.path.isdir(folder):
             continue
@@ -150,7 +163,7 @@ def built_rows(built_miniature):
 
 
 def _configs():
-    return sorted(envs.known_configs())
+    return sorted(transforms.known_configs())
 
 
 def _play_all(rows, policy_name, **kwargs):
@@ -207,13 +220,13 @@ def test_always_suggest_scores_zero_at_the_step_cap(built_rows, config):
             for answer in stats["generated_answers"][:-1]:
                 twin.step(answer)
             assert twin.valid_proactive_options() == [], stats
-            assert env.config in (envs.COCO, envs.CIT), stats
+            assert env.config in (COCO, CIT), stats
 
 
 def test_rod_first_frame_category_is_wrong(built_rows):
-    if envs.ROD not in built_rows:
+    if ROD not in built_rows:
         pytest.skip("ROD is not built")
-    for row in built_rows[envs.ROD]:
+    for row in built_rows[ROD]:
         env = envs.make_environment(row)
         obs = env.step(row["answer"])
         assert obs.done and obs.correct is False
@@ -221,7 +234,7 @@ def test_rod_first_frame_category_is_wrong(built_rows):
 
 @pytest.mark.parametrize("config", _configs())
 def test_category_on_first_frame_is_right_elsewhere(built_rows, config):
-    if config not in built_rows or config == envs.ROD:
+    if config not in built_rows or config == ROD:
         pytest.skip(f"{config} is not built or forbids it")
     for row in built_rows[config]:
         assert envs.make_environment(row).step(row["answer"]).correct is True
@@ -233,26 +246,25 @@ def test_category_on_first_frame_is_right_elsewhere(built_rows, config):
 def test_upstream_tables_now_come_from_the_declarations():
     """What used to be per-config tables (upstream's PREDICTION_THR, short names, hints, the
     video pre-prompt, ROD's reference question) is read from each scenario's `environment`."""
-    from proactivebench_builder.runtime import behaviours, open_ended
-    from proactivebench_builder.core import prompts
+    from proactivebench_builder.runtime import open_ended
 
-    expected = {envs.ROD: ("ROD", 2), envs.VSOD: ("VSOD", 3), envs.MVPN: ("MVP-N", 2),
-                envs.INC: ("IN-C", 1), envs.QD: ("QD", 1), envs.CIT: ("CIT", 2),
-                envs.COCO: ("COCO", 2)}
+    expected = {ROD: ("ROD", 2), VSOD: ("VSOD", 3), MVPN: ("MVP-N", 2),
+                INC: ("IN-C", 1), QD: ("QD", 1), CIT: ("CIT", 2),
+                COCO: ("COCO", 2)}
     for config, (short, threshold) in expected.items():
-        assert prompts.short_name(config) == short
+        assert transforms.short_name(config) == short
         assert open_ended.threshold(config) == open_ended.threshold(short) == threshold
-        play = behaviours.for_config(config).play
+        play = transforms.behaviour_for_config(config).play
         assert play.keyword_matching == "substring" and play.hint.startswith("Hint: ")
         video = "This is a frame extracted from a video. Answer the following question."
-        assert play.pre_prompt == (video if config in (envs.VSOD, envs.CIT) else "")
-    assert behaviours.for_config(envs.ROD).play.reference_prompt == \
+        assert play.pre_prompt == (video if config in (VSOD, CIT) else "")
+    assert transforms.behaviour_for_config(ROD).play.reference_prompt == \
         "What type of object is in the image?"
 
 
 def _ladder_record(first, ref, n):
     record = {"id": 0, "key": f"Focus/ladder{first}{ref}", "image_template": "x/{image}.png",
-              "prompt": "What is shown?", "categories": list(conformance.CATEGORIES),
+              "prompt": "What is shown?", "categories": list(CATEGORIES),
               "answer": "Dog.", "options": ["Bring the image into focus.", "I cannot tell."],
               "first_image": first, "reference_image": ref, "num_images": n}
     return conformance.with_frames(record, "Focus")

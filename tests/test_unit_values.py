@@ -2,7 +2,7 @@
 other values pass through in order, and a unit that fails part way keeps what it counted."""
 from proactivebench_builder.core import results
 from proactivebench_builder.pipeline.build import unit_values
-from proactivebench_builder.transforms.quickdraw import QuickDraw
+from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
 
 
 def scenario():

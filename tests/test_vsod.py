@@ -15,10 +15,12 @@ from PIL import Image
 from conftest import build_once, private_miniature, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.transforms.base import BadItem, SourceError
-from proactivebench_builder.transforms.vsod import (
-    QUESTIONS, REWIND, VSOD, WAIT, check_boxes, is_strong, nearest_clear, parse_annotation,
-    parse_labels, union_area, write_segment)
+from proactivebench_builder.transforms import upstream_action_of
+from proactivebench_builder.core.errors import BadItem, SourceError
+from proactivebench_builder.transforms.vsod.scenario import (
+    QUESTIONS, VSOD, check_boxes, is_strong, nearest_clear, parse_annotation, parse_labels, union_area)
+from proactivebench_builder.transforms.vsod.play import REWIND, WAIT
+from proactivebench_builder.transforms.vsod.miniature import write_segment
 
 CONFIG = "OcclusionDataSet-MM20"
 MANIFEST = manifest_of("vsod")
@@ -100,7 +102,7 @@ def test_options_prompt_categories_answer(rows):
     for key, row in rows.items():
         moves = [o for o in row["options"] if not vocabulary.is_abstain(o)]
         assert sorted(moves) == sorted([REWIND, WAIT])
-        assert sorted(vocabulary.action_of(o) for o in moves) == ["FORWARD", "REWIND"]
+        assert sorted(upstream_action_of(o) for o in moves) == ["FORWARD", "REWIND"]
         assert len(row["options"]) == 3
         assert [o for o in row["options"] if vocabulary.is_abstain(o)][0] in \
             vocabulary.ABSTAIN_OPTIONS

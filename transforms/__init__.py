@@ -1,6 +1,11 @@
-"""Scenario modules. `load_scenarios()` imports every module here, and every module a user makes
-visible, which registers every `Scenario` subclass: adding a scenario is adding a module (and its
-manifest), and no list of scenarios is edited anywhere.
+"""Scenarios: one folder per scenario (its `Scenario` class, its play declaration and its
+miniature writer) and this registry. `load_scenarios()` imports every scenario folder here and
+every module a user makes visible, which registers every `Scenario` subclass: adding a scenario is
+adding a folder or module (and its manifest), and no list of scenarios is edited anywhere.
+
+What the rest of the project asks about scenarios by config (the runtime, `validate`, `inspect`,
+the upstream export and import) it asks here, of the declarations (`core.play.Play`): their
+behaviour, short names, aliases and order, upstream's keyword table, the probe's pool.
 
 A scenario module outside this package becomes visible in one of two ways (README, "Adding a
 scenario"); either way its manifest `<name>.yaml` sits in the same folder as the module:
@@ -19,16 +24,22 @@ import importlib
 import os
 import pkgutil
 import sys
+from importlib.metadata import entry_points
 
-from proactivebench_builder.core.play import VocabularyError  # noqa: F401
+from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.play import Behaviour
+from proactivebench_builder.transforms import base
 
-_SKIP = {"base", "vocabulary", "environment"}
 PATH_VARIABLE = "PROACTIVEBENCH_SCENARIO_PATH"
 ENTRY_POINT_GROUP = "proactivebench_builder.scenarios"
 
 
 class ScenarioPathError(RuntimeError):
     """A folder or module named by PROACTIVEBENCH_SCENARIO_PATH or an entry point is unusable."""
+
+
+class UnknownConfig(ValueError):
+    """No registered scenario declares this config."""
 
 
 def load_scenarios() -> dict:
@@ -54,8 +65,6 @@ def _import_path_modules() -> None:
 
 
 def _import_entry_points() -> None:
-    from importlib.metadata import entry_points
-
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             entry.load()
@@ -66,11 +75,8 @@ def _import_entry_points() -> None:
 
 @functools.lru_cache(maxsize=1)  # the modules do not change while a process runs
 def _load_scenarios() -> dict:
-    from proactivebench_builder.transforms import base
-    from proactivebench_builder.core import vocabulary
-
     for module in pkgutil.iter_modules(__path__):
-        if module.name not in _SKIP and not module.name.startswith("_"):
+        if module.ispkg and not module.name.startswith("_"):  # a scenario's folder
             importlib.import_module(f"{__name__}.{module.name}")
     _import_path_modules()
     _import_entry_points()
@@ -86,6 +92,11 @@ def get_scenario(name: str):
     return scenarios[name]
 
 
+def manifest_of(name: str) -> dict:
+    """The manifest of the registered scenario `name` (packaged, or beside a plug-in's module)."""
+    return get_scenario(name).read_manifest()
+
+
 def scenario_for_config(config: str):
     """The registered scenario class whose `config_name` is `config`, or None."""
     for cls in load_scenarios().values():
@@ -94,6 +105,91 @@ def scenario_for_config(config: str):
     return None
 
 
-def manifest_of(name: str) -> dict:
-    """The manifest of the registered scenario `name` (packaged, or beside a plug-in's module)."""
-    return get_scenario(name).read_manifest()
+# ---- what the declarations say, by config --------------------------------------------------------
+
+def known_configs() -> list[str]:
+    """The configs of every registered scenario: upstream's seven in the paper's order
+    (`Play.upstream_order`), then the others sorted."""
+    classes = load_scenarios().values()
+    upstream = sorted((c.environment.upstream_order, c.config_name) for c in classes
+                      if c.environment.upstream_order is not None)
+    others = sorted(c.config_name for c in classes if c.environment.upstream_order is None)
+    return [config for _, config in upstream] + others
+
+
+def config_order(configs) -> list[str]:
+    """`configs` in the order of `known_configs`, unknown ones last, sorted."""
+    order = known_configs()
+    known = [c for c in order if c in configs]
+    return known + sorted(set(configs) - set(known))
+
+
+def config_aliases() -> dict[str, str]:
+    """Every name a user may give for a config (lower case: its config name, scenario name,
+    short name and declared aliases) and the config it names."""
+    aliases = {}
+    for name, cls in load_scenarios().items():
+        play = cls.environment
+        for alias in (cls.config_name, name, play.short_name or cls.config_name, *play.aliases):
+            aliases[alias.lower()] = cls.config_name
+    return aliases
+
+
+def resolve_config(name: str) -> str:
+    """The config name from a config name, a scenario name, a short name or an alias (any case)."""
+    config = config_aliases().get(name.strip().lower())
+    if config is None:
+        raise ValueError(f"unknown scenario/config {name!r}; known: "
+                         f"{', '.join(known_configs())}")
+    return config
+
+
+def short_name(config: str) -> str:
+    """The label of a config in tables: its scenario's declared short name, else the config."""
+    cls = scenario_for_config(config)
+    return (cls.environment.short_name if cls else "") or config
+
+
+@functools.lru_cache(maxsize=None)
+def behaviour_for_config(config: str) -> Behaviour:
+    """The behaviour that plays `config`, as its scenario declares it."""
+    cls = scenario_for_config(config)
+    if cls is None:
+        raise UnknownConfig(f"no registered scenario has config {config!r} (registered: "
+                            f"{', '.join(c.config_name for c in load_scenarios().values())}); "
+                            f"make its module visible with {PATH_VARIABLE}=FOLDER or an "
+                            "entry point (README: Adding a scenario)")
+    return cls.environment.rules(config, known_keywords())
+
+
+def known_keywords() -> dict[str, str]:
+    """keyword -> action over upstream's table and every registered scenario's declaration."""
+    return vocabulary.known_table(load_scenarios())
+
+
+def upstream_keywords() -> dict[str, str]:
+    """Upstream's keyword table: the actions of its seven scenarios, in the paper's order."""
+    return vocabulary.upstream_table(load_scenarios())
+
+
+def upstream_action_of(option: str) -> str:
+    """The action an option requests by upstream's unscoped rule (ValueError unless exactly one
+    keyword of upstream's table occurs in it)."""
+    return vocabulary.action_of(option, upstream_keywords())
+
+
+def probe_pool() -> tuple[str, ...]:
+    """The random-suggestion probe's fixed pool: the suggestions upstream's seven scenarios offer
+    it (`Play.probe_suggestions`), in the paper's order. Fixed, so that adding a scenario never
+    changes another scenario's probe."""
+    upstream = sorted((c.environment.upstream_order, c.environment.probe_suggestions)
+                      for c in load_scenarios().values()
+                      if c.environment.upstream_order is not None)
+    return tuple(option for _, options in upstream for option in options)
+
+
+def conformance_cases() -> list[dict]:
+    """Every declared conformance case, upstream's scenarios in the paper's order."""
+    plays = sorted((c.environment.upstream_order or 99, c.config_name, c.environment)
+                   for c in load_scenarios().values())
+    return [case for _, _, play in plays for case in play.conformance_cases]

@@ -27,18 +27,11 @@ from proactivebench_builder.core import manifests
 from proactivebench_builder.core.records import empty_row
 from proactivebench_builder.core.seeding import rng_for
 from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.prompts import multi_choice_prompt
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
-
-
-class BadItem(Exception):
-    """A raw item that cannot become a sample; it becomes a dead letter with this reason."""
-
-    def __init__(self, reason: str, path: str = ""):
-        super().__init__(reason)
-        self.reason = reason
-        self.path = path
 
 
 class Scenario:
@@ -52,6 +45,12 @@ class Scenario:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if "frame_path" in cls.__dict__:
+            # the runtime and the export read the declaration, never this method: an override
+            # would make the build write frames where nothing looks for them
+            raise TypeError(f"{cls.__name__}: declare where frames live in the upstream layout "
+                            "in its play declaration, `environment = Play(frame_path=...)`, "
+                            "not by overriding Scenario.frame_path")
         if cls.name:
             if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
                 raise ValueError(f"two scenarios are named {cls.name!r}")
@@ -118,9 +117,9 @@ class Scenario:
         return ()
 
     def frame_path(self, row: dict, frame_id: int) -> str:
-        """The template filled for one frame: where the frame lives in the upstream layout.
-        Default: the `{image}` slot zero-padded to 4 digits (VSOD, MVP-N, QuickDraw)."""
-        return row["image_template"].format(image=f"{frame_id:04d}")
+        """Where a frame lives in the upstream layout: the template filled for one slot value,
+        as the scenario's play declaration says (`Play.frame_path`)."""
+        return self.environment.frame_path(row, frame_id)
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
@@ -152,8 +151,6 @@ class Scenario:
         as chat messages (image first, then the upstream template), `options` as displayed
         (proactive and abstain options, then the categories), and the suggestions valid for
         this frame in `proactive_actions` (empty on an unambiguous frame)."""
-        from proactivebench_builder.core.prompts import multi_choice_prompt
-
         displayed = list(options) + list(categories)
         text = multi_choice_prompt(question, displayed)
         return {
@@ -314,10 +311,6 @@ def _real_path(path: str) -> str:
     if os.path.islink(path):
         return os.path.realpath(path)
     return os.path.join(_real_dir(folder), name)
-
-
-class SourceError(RuntimeError):
-    """The source root as a whole is missing or unusable (not a single bad item)."""
 
 
 def registered() -> dict[str, type[Scenario]]:

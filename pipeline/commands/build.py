@@ -26,6 +26,7 @@ from proactivebench_builder.pipeline.local_runs import (  # noqa: F401
     DASK_RUNNER, DEFAULT_DASK_PARTITIONS, DEFAULT_LOCAL_MODE, LOCAL_RUNNERS, available_cores,
     configure_runner, flag_given, local_workers_apart_from_ctrl_c, no_timed_flushes,
     quiet_worker_logs, worker_failures_reported_once)
+from proactivebench_builder.core.errors import BuildFailed, FolderLocked
 from proactivebench_builder.core.manifests import parameter_problem
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
@@ -36,16 +37,13 @@ from proactivebench_builder.transforms import load_scenarios, manifest_of
 LOG = logging.getLogger("proactivebench_builder")
 
 
-class BuildFailed(RuntimeError):
-    """The build ran but its output must not be trusted (e.g. too many dead letters)."""
-
-
 def _absolute(url: str) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
 def choose_scenarios(spec: str) -> dict:
-    from proactivebench_builder.transforms import ScenarioPathError, VocabularyError
+    from proactivebench_builder.core.vocabulary import VocabularyError
+    from proactivebench_builder.transforms import ScenarioPathError
 
     try:
         registered = load_scenarios()
@@ -597,7 +595,7 @@ def dispatch(argv: list[str]) -> int:
     except BuildFailed as err:
         print(f"BUILD FAILED: {err}", file=sys.stderr)
         return 2
-    except integrity.FolderLocked as err:
+    except FolderLocked as err:
         print(f"BUILD REFUSED: {err}", file=sys.stderr)
         return 3
     except Exception as err:  # an I/O error (disk full, permissions) is one line, not a traceback
@@ -619,7 +617,7 @@ def source_error_line(err: BaseException) -> str | None:
     may have re-raised as text, else None."""
     import re
 
-    from proactivebench_builder.transforms.base import SourceError
+    from proactivebench_builder.core.errors import SourceError
 
     step = re.compile(r" \[while running [^\n]*\]$")  # the step Beam names after the message
     for seen in exception_chain(err):

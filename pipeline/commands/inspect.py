@@ -9,10 +9,9 @@ lists the sheets by scenario with the key fields; it uses relative links only, s
 the file system with no server.
 
 Choices:
-- COCO rows hold one frame (the full image); its sheet shows the views as the environment
-  will show them: the first view (the crop extended by one step, docs/sources.md, 'COCO views'), the
-  last view (every moved axis at its step limit), and the full image (the reference) with both
-  boxes drawn on it. Boxes come from the runtime's `coco_crop_box`.
+- A row whose views the environment computes from its one frame (COCO's crops) shows the views
+  its scenario's behaviour names (`Behaviour.sheet_views`: for COCO the first view, the last
+  view, and the full image with both boxes drawn on it).
 - Rows with many frames (VSOD, ChangeIt) show at most --max_frames thumbnails, evenly spread,
   always including the first and the reference frame; the sheet says how many were left out.
 - Text drawn into the PNGs uses Pillow's bundled font, which covers ASCII only, so it is folded
@@ -40,8 +39,7 @@ from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline.commands.validate import (
-    TEST, UNFILTERED, crop_box, iter_rows, shard_folders)
-from proactivebench_builder.core.prompts import COCO
+    TEST, UNFILTERED, declared_behaviour, iter_rows, shard_folders)
 from proactivebench_builder.core import vocabulary
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
@@ -54,6 +52,7 @@ CAPTION_H = 34
 LINE_H = 20
 TEXT_SIZE = 15
 FIRST_COLOR, REFERENCE_COLOR, LAST_COLOR = (40, 167, 69), (0, 102, 204), (255, 140, 0)
+MARK_COLORS = {"FIRST": FIRST_COLOR, "REF": REFERENCE_COLOR, "LAST": LAST_COLOR}
 ANSWER_COLOR, INK, MUTED, BAD = (40, 140, 60), (25, 25, 25), (110, 110, 110), (200, 30, 30)
 EXTRA_FIELDS = ("question_type", "quality_answer", "strong_occlusions", "valid_images",
                 "step_size", "max_steps", "direction", "granularity", "horizontal_step",
@@ -128,38 +127,24 @@ def frame_cells(row: dict, limit: int) -> tuple[list[dict], int]:
     return cells, len(ids) - len(positions)
 
 
-def coco_cells(row: dict) -> list[dict]:
-    """COCO: the first view, the last view, and the full image with both boxes drawn."""
+def view_cells(row: dict, views: list[dict]) -> list[dict]:
+    """Cells of the views a behaviour computes from the row's one frame: each view's box cut from
+    the frame, or the whole frame with the boxes it outlines drawn in their marks' colours."""
     full = decode((row.get("frames") or [None])[0])
     if full is None:
         return [{"image": None, "caption": "full image", "marks": ["FIRST", "REF"]}]
-    first_box = coco_box(row, 1)
-    last_box = coco_box(row, coco_step_limit(row))
-    outlined = full.copy()
-    draw = ImageDraw.Draw(outlined)
-    width = max(2, round(max(full.size) / 150))
-    draw.rectangle(last_box, outline=LAST_COLOR, width=width)
-    draw.rectangle(first_box, outline=FIRST_COLOR, width=width)
-    return [
-        {"image": full.crop(tuple(round(v) for v in first_box)),
-         "caption": "first view (crop + 1 step)", "marks": ["FIRST"]},
-        {"image": full.crop(tuple(round(v) for v in last_box)),
-         "caption": f"last view ({coco_step_limit(row)} steps)", "marks": ["LAST"]},
-        {"image": outlined, "caption": "full image: first/last boxes", "marks": ["REF"]},
-    ]
-
-
-def coco_step_limit(row: dict) -> int:
-    """Steps per axis at the end of an episode: granularity, or granularity + 1 for zoom
-    (docs/sources.md, 'COCO views')."""
-    g = row.get("granularity") or 1
-    return g + 1 if row.get("direction") == "zoom" else g
-
-
-def coco_box(row: dict, steps: int) -> tuple:
-    """The PIL box after `steps` steps on every moved axis (1 = the first view)."""
-    return crop_box(row, (row.get("horizontal_step") or 0) * steps,
-               (row.get("vertical_step") or 0) * steps)
+    cells = []
+    for view in views:
+        if view.get("box") is not None:
+            image = full.crop(tuple(round(v) for v in view["box"]))
+        else:
+            image = full.copy()
+            draw = ImageDraw.Draw(image)
+            width = max(2, round(max(full.size) / 150))
+            for box, mark in view.get("outlines", ()):
+                draw.rectangle(box, outline=MARK_COLORS[mark], width=width)
+        cells.append({"image": image, "caption": view["caption"], "marks": view["marks"]})
+    return cells
 
 
 # ---- the sheet ------------------------------------------------------------------------------
@@ -225,8 +210,9 @@ def text_block(draw: ImageDraw.ImageDraw, row: dict) -> list[tuple[str, tuple, i
 
 
 def render_sheet(row: dict, config: str, max_frames: int) -> Image.Image:
-    if config == COCO:
-        cells, hidden = coco_cells(row), 0
+    views = declared_behaviour(config).sheet_views(row)
+    if views is not None:
+        cells, hidden = view_cells(row, views), 0
     else:
         cells, hidden = frame_cells(row, max_frames)
     columns = max(1, (SHEET_WIDTH - 2 * MARGIN + CELL_GAP) // (THUMB + CELL_GAP))
@@ -238,7 +224,7 @@ def render_sheet(row: dict, config: str, max_frames: int) -> Image.Image:
               + sum(line_height(size) for _, _, size in block) + MARGIN)
     sheet = Image.new("RGB", (SHEET_WIDTH, height), "white")
     draw = ImageDraw.Draw(sheet)
-    draw_header(draw, row, config, hidden)
+    draw_header(draw, row, config, hidden, any("LAST" in c["marks"] for c in cells))
     for index, cell in enumerate(cells):
         x = MARGIN + (index % columns) * (THUMB + CELL_GAP)
         y = header_h + (index // columns) * (THUMB + CAPTION_H + CELL_GAP)
@@ -254,12 +240,13 @@ def line_height(size: int) -> int:
     return max(8, round(size * 1.35))
 
 
-def draw_header(draw: ImageDraw.ImageDraw, row: dict, config: str, hidden: int) -> None:
+def draw_header(draw: ImageDraw.ImageDraw, row: dict, config: str, hidden: int,
+                last_view: bool) -> None:
     title = f"{config}   id {row['id']}   {row['key']}"
     draw.text((MARGIN, 12), plots.shorten(draw, title, 20, SHEET_WIDTH - 2 * MARGIN), fill=INK,
               font=font(20))
     legend = (f"{len(row['frame_ids'] or [])} frame(s); green frame = first frame shown, "
-              "blue = reference frame" + ("; orange = last view" if config == COCO else ""))
+              "blue = reference frame" + ("; orange = last view" if last_view else ""))
     draw.text((MARGIN, 38), plots.shorten(draw, legend, 13, SHEET_WIDTH - 2 * MARGIN),
               fill=MUTED, font=font(13))
     if hidden:
@@ -286,7 +273,7 @@ def draw_cell(sheet: Image.Image, draw: ImageDraw.ImageDraw, cell: dict, x: int,
     else:
         thumb = fit(image, THUMB)
         sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
-    colors = {"FIRST": FIRST_COLOR, "REF": REFERENCE_COLOR, "LAST": LAST_COLOR}
+    colors = MARK_COLORS
     for inset, mark in enumerate(cell["marks"]):
         pad = inset * 4
         draw.rectangle((x - 3 + pad, y - 3 + pad, x + THUMB + 2 - pad, y + THUMB + 2 - pad),

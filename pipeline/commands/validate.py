@@ -18,14 +18,11 @@ What is checked (each check names the file and the row's key in its message):
   row of the same key with the same id.
 
 Choices: the step-cap rules check that every frame the environment can reach within its step
-cap is present, by the behaviour the config's scenario declares (`transforms.environment.Play`):
-"steps" with `wrap` circular over all ids (ROD, VSOD), forward "steps" to the last frame
-(QuickDraw), ChangeIt's +-step_size within max_steps, MVP-N's `valid_images` chain, ImageNet-C's
-5 levels, COCO's one full image whose first view is a non-empty box, and the generic frame
-ladder's frames from `first_image` to `reference_image` within `num_images` turns. Options are
-matched against the scenario's own action keywords. A config no registered scenario declares
-(e.g. a plug-in scenario validated without PROACTIVEBENCH_SCENARIO_PATH) is one problem naming
-the way to make it visible; its options and steps are not checked. A config listed by
+cap is present, by the behaviour the config's scenario declares (`Behaviour.record_problems`
+of its `Play`, in the scenario's folder). Options are matched against the scenario's own action
+keywords. A config no registered scenario declares (e.g. a plug-in scenario validated without
+PROACTIVEBENCH_SCENARIO_PATH) is one problem naming the way to make it visible; its options and
+steps are not checked. A config listed by
 the card without a test shard is reported: `load_dataset(..., split="test")` would fail on it.
 """
 from __future__ import annotations
@@ -40,15 +37,14 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import yaml
 
-from proactivebench_builder.runtime import behaviours
-from proactivebench_builder.runtime.behaviours import coco_crop_box as crop_box
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
-from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, scenario_for_config
+from proactivebench_builder.transforms import (
+    PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.play import Behaviour, Play
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 
@@ -58,9 +54,6 @@ SHARD_RE = re.compile(r"^(test|train)-(\d{5})-of-(\d{5})\.parquet$")
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
 
-INC_LEVELS = {1, 2, 3, 4, 5}
-COCO_DIRECTIONS = {"left", "right", "up", "down", "zoom", "up_left", "up_right", "down_left",
-                   "down_right"}
 
 
 # ---- the folder ---------------------------------------------------------------------------
@@ -258,12 +251,12 @@ def category_problems(row: dict) -> list[str]:
     return problems
 
 
-def declared_play(config: str) -> Play:
-    """The environment declaration of the config's scenario (the generic one when none)."""
+def declared_behaviour(config: str) -> Behaviour:
+    """The behaviour the config's scenario declares (the generic frame ladder when none)."""
     try:
-        return behaviours.for_config(config).play
-    except behaviours.UnknownConfig:
-        return Play()
+        return behaviour_for_config(config)
+    except UnknownConfig:
+        return Play().rules(config)
 
 
 def option_problems(row: dict, config: str = "") -> list[str]:
@@ -276,11 +269,11 @@ def option_problems(row: dict, config: str = "") -> list[str]:
     abstain = [o for o in options if vocabulary.is_abstain(o)]
     if len(abstain) != 1:
         problems.append(f"{len(abstain)} abstain options, expected 1: {options}")
-    play = declared_play(config)
+    behaviour = declared_behaviour(config)
     for option in options:
         if not vocabulary.is_abstain(option):
             try:
-                vocabulary.scenario_action_of(option, play)
+                behaviour.action_of(option)
             except ValueError as err:
                 problems.append(str(err))
     if len(abstain) == len(options):
@@ -319,151 +312,6 @@ def frame_problems(row: dict) -> list[str]:
     return problems
 
 
-def _cap_problem(row: dict, expected: int, what: str) -> list[str]:
-    if row.get("num_images") != expected:
-        return [f"num_images={row.get('num_images')} but {what}={expected}"]
-    return []
-
-
-def _unreachable(row: dict, reachable) -> list[str]:
-    missing = sorted(set(reachable) - set(row.get("frame_ids") or []))
-    return [f"frames {missing} are reachable within the step cap but missing"] if missing else []
-
-
-def steps_circular(row: dict) -> list[str]:
-    """ROD and VSOD: +-1 modulo num_images, so every id in range(num_images) is reachable."""
-    ids = row.get("frame_ids") or []
-    return (_cap_problem(row, len(ids), "len(frame_ids)")
-            or _unreachable(row, range(row.get("num_images") or 0)))
-
-
-def steps_forward(row: dict) -> list[str]:
-    """QuickDraw: +1 per request up to the last stroke (num_images - 1)."""
-    ids = row.get("frame_ids") or []
-    first = row.get("first_image") or 0
-    return (_cap_problem(row, len(ids), "len(frame_ids)")
-            or _unreachable(row, range(first, row.get("num_images") or 0)))
-
-
-def steps_default(row: dict) -> list[str]:
-    return _cap_problem(row, len(row.get("frame_ids") or []), "len(frame_ids)")
-
-
-def steps_ladder(row: dict) -> list[str]:
-    """The generic frame ladder: one frame per request toward the reference, so every frame
-    between first_image and reference_image is reachable, and the cap must leave a turn to name
-    the category on the reference."""
-    first, ref, n = row.get("first_image"), row.get("reference_image"), row.get("num_images")
-    if not isinstance(first, int) or not isinstance(ref, int) or not n:
-        return [f"first_image={first}, reference_image={ref}, num_images={n}: need integers"]
-    problems = []
-    if n < abs(ref - first) + 1:
-        problems.append(f"num_images={n} turns cannot reach reference_image {ref} from "
-                        f"first_image {first} and answer (needs {abs(ref - first) + 1})")
-    return problems + _unreachable(row, range(min(first, ref), max(first, ref) + 1))
-
-
-def steps_mvpn(row: dict) -> list[str]:
-    """MVP-N: the chain is `valid_images`; the last one is the informative reference."""
-    valid = row.get("valid_images")
-    if not valid:
-        return ["no valid_images"]
-    problems = _cap_problem(row, len(valid), "len(valid_images)")
-    if sorted(valid) != sorted(row.get("frame_ids") or []):
-        problems.append(f"valid_images {valid} differ from frame_ids {row.get('frame_ids')}")
-    if row.get("first_image") != valid[0] or row.get("reference_image") != valid[-1]:
-        problems.append(f"first/reference ({row.get('first_image')}, "
-                        f"{row.get('reference_image')}) are not the chain's ends {valid}")
-    return problems
-
-
-def steps_imagenet_c(row: dict) -> list[str]:
-    """ImageNet-C: the 5 severity levels, each suggestion one level milder."""
-    problems = _cap_problem(row, len(INC_LEVELS), "the number of levels")
-    if set(row.get("frame_ids") or []) != INC_LEVELS:
-        problems.append(f"frame_ids {row.get('frame_ids')} are not the levels 1..5")
-    if row.get("quality_answer") not in (row.get("options") or []):
-        problems.append(f"quality_answer {row.get('quality_answer')!r} not in options")
-    return problems
-
-
-def steps_changeit(row: dict) -> list[str]:
-    """ChangeIt: +-step_size, not circular, at most max_steps turns."""
-    step, cap, n = row.get("step_size"), row.get("max_steps"), row.get("num_images")
-    if not step or step < 1 or not cap or cap < 1 or not n:
-        return [f"step_size={step}, max_steps={cap}, num_images={n}: need positive values"]
-    first = row.get("first_image") or 0
-    ids = row.get("frame_ids") or []
-    problems = []
-    if any(i < 0 or i >= n for i in ids):
-        problems.append(f"frame ids outside the video's {n} frames: {ids}")
-    if (row.get("reference_image", 0) - first) % step:
-        problems.append(f"reference_image {row.get('reference_image')} is not a whole number of "
-                        f"steps of {step} from first_image {first}")
-    reachable = [first + k * step for k in range(-(cap - 1), cap) if 0 <= first + k * step < n]
-    return problems + _unreachable(row, reachable)
-
-
-def steps_coco(row: dict) -> list[str]:
-    """COCO: one frame, the full image; every view is a crop of it computed at run time."""
-    ids = row.get("frame_ids") or []
-    problems = []
-    if len(ids) != 1 or row.get("first_image") != row.get("reference_image"):
-        problems.append(f"expected one frame (the full image), got frame_ids {ids}")
-    direction = row.get("direction")
-    if direction not in COCO_DIRECTIONS:
-        problems.append(f"direction {direction!r} not one of {sorted(COCO_DIRECTIONS)}")
-        return problems
-    if not row.get("granularity") or row["granularity"] < 1:
-        problems.append(f"granularity={row.get('granularity')}, need >= 1")
-    problems += coco_step_problems(row)
-    crop = row.get("crop")
-    if not crop or any(crop.get(k) is None for k in ("top", "left", "height", "width")):
-        problems.append(f"crop {crop!r} lacks top/left/height/width")
-    if problems:
-        return problems
-    left, top, right, bottom = first_view_box(row)
-    if right <= left or bottom <= top:
-        problems.append(f"first view box {(left, top, right, bottom)} is empty")
-    return problems
-
-
-COCO_MOVE_OPTIONS = {"left": "Move the camera to the left.",
-                     "right": "Move the camera to the right.",
-                     "up": "Move the camera up.", "down": "Move the camera down.",
-                     "zoom": "Move farther from the object."}
-
-
-def coco_moved_axes(direction: str) -> set[str]:
-    """The direction's parts ("up_left" -> {"up", "left"}; zoom moves every side)."""
-    return {"zoom"} if direction == "zoom" else set(direction.split("_"))
-
-
-def coco_step_problems(row: dict) -> list[str]:
-    """A moved axis needs a positive step (the other may be 0); the proactive options are
-    exactly the direction's move texts, which the environment removes by their exact text."""
-    h, v = row.get("horizontal_step"), row.get("vertical_step")
-    if h is None or v is None or h < 0 or v < 0:
-        return [f"horizontal_step={h}, vertical_step={v}: need values >= 0"]
-    parts = coco_moved_axes(row["direction"])
-    problems = []
-    if (parts & {"left", "right", "zoom"} and not h) or (parts & {"up", "down", "zoom"} and not v):
-        problems.append(f"direction {row['direction']!r} moves an axis whose step is 0 "
-                        f"(horizontal {h}, vertical {v})")
-    expected = {COCO_MOVE_OPTIONS[p] for p in parts}
-    proactive = {o for o in row.get("options") or [] if not vocabulary.is_abstain(o)}
-    if proactive != expected:
-        problems.append(f"proactive options {sorted(proactive)} do not match direction "
-                        f"{row['direction']!r} ({sorted(expected)})")
-    return problems
-
-
-def first_view_box(row: dict) -> tuple:
-    """The PIL box of the first COCO view (turn 0 is already one step out; docs/sources.md,
-    'COCO views'), computed by the runtime environment that will show it."""
-    return crop_box(row, row["horizontal_step"], row["vertical_step"])
-
-
 def train_row_problems(row: dict) -> list[str]:
     """A train example: one decodable image, the ground truth and proactive actions among its
     options, a known config."""
@@ -490,26 +338,6 @@ def train_row_problems(row: dict) -> list[str]:
     return problems
 
 
-# The reachability check of each behaviour (keyed by behaviour, never by config: a new
-# scenario that declares "frame_ladder" or "steps" is checked without editing this file).
-STEP_RULES = {"frame_ladder": steps_ladder, "valid_images_chain": steps_mvpn,
-              "quality_ladder": steps_imagenet_c, "video_steps": steps_changeit,
-              "coco_crop": steps_coco}
-
-
-def step_rule(config: str):
-    """The reachability check of the config's declared behaviour."""
-    try:
-        play = behaviours.for_config(config).play
-    except behaviours.UnknownConfig:
-        return steps_default
-    if play.behaviour == "steps":
-        if play.wrap:
-            return steps_circular
-        return steps_forward if all(m > 0 for m in play.moves.values()) else steps_default
-    return STEP_RULES.get(play.behaviour, steps_default)
-
-
 def unregistered_problem(config: str) -> str | None:
     """One line for a config whose scenario is not registered here: its options and steps can
     only be checked against the scenario's own declaration (one line, not one per row)."""
@@ -529,7 +357,7 @@ def row_problems(row: dict, config: str) -> list[str]:
     registered = scenario_for_config(config) is not None  # else: one problem for the config
     problems += option_problems(row, config) if registered else []
     problems += frame_id_problems(row)
-    problems += step_rule(config)(row) if registered else []
+    problems += declared_behaviour(config).record_problems(row) if registered else []
     problems += frame_problems(row)
     return problems
 

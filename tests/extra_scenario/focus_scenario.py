@@ -18,11 +18,18 @@ import os
 from PIL import Image, ImageDraw, ImageFilter
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.transforms.base import Scenario, SourceError
+from proactivebench_builder.core.errors import SourceError
+from proactivebench_builder.transforms.base import Scenario
 from proactivebench_builder.core.play import Play
 from proactivebench_builder.core.vocabulary import format_category
 
 QUESTIONS = ("What shape is shown?", "Which shape is in the picture?")
+
+
+def unpadded_path(row: dict, frame_id: int) -> str:
+    """Where a frame lives in the upstream export: `{image}` is the plain frame number."""
+    return row["image_template"].format(image=frame_id)
+
 SUGGESTIONS = ("Sharpen up the picture.", "Bring the image into focus.")
 
 
@@ -33,7 +40,7 @@ class Focus(Scenario):
         actions={"SHARPEN": ("sharpen", "focus")},
         hint="Hint: sharpening the picture could help with classification.",
         short_name="FOC", open_ended_suggestions=("Sharpen the picture",),
-        suggestions=SUGGESTIONS)
+        suggestions=SUGGESTIONS, frame_path=unpadded_path)
 
     def list_units(self) -> list[str]:
         names = fileio.list_names(self.path("images"))
@@ -66,9 +73,6 @@ class Focus(Scenario):
         row["source"]["files"] = [self.relative(u) for u in urls]
         row["frame_refs"] = [{"kind": "file", "url": u} for u in urls]
         return row
-
-    def frame_path(self, row: dict, frame_id: int) -> str:
-        return row["image_template"].format(image=frame_id)
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:

@@ -1,78 +1,25 @@
-"""ROD (`Realistic-Occlusion-Dataset`): an object behind an occluder; the model should ask for
-the occluder to be moved.
-
-Raw source: the Hugging Face repo `arielnlee/Realistic-Occlusion-Dataset` as downloaded
-(`rod_0.tar.gz`, `rod_1.tar.gz`, `classes_rod.py`, `dataset_info.json`). Each photo is a tar
-member whose file stem is `<setting>-<class>-s<frame>` (e.g. `natural_bluebl_greenr-banana-s6`).
-One *sequence* (setting + class token) is one raw item and one sample: 14 photos of an occluder
-swept from the left to the right of the object.
-
-Record semantics (as upstream's environment reads them; docs/records.md):
-- frames are the 14 photos `s0`..`s13`, `frame_ids` 0..13; `first_image` = 7 (the central, most
-  occluded photo), `reference_image` = 0, reached by 7 moves either way because upstream wraps
-  LEFT/RIGHT modulo `num_images` (= 14); both are manifest parameters.
-- options: "Move the <occluder> to the left." / "... to the right." plus one abstain option; the
-  occluder description comes from the setting token through the manifest's `occluders` map
-  (e.g. `bluebl` -> "blue blocks"); a setting with no known occluder token is a dead letter.
-- `image_template` is `Realistic-Occlusion-Dataset/<setting>-<class token>-s{image}.<ext>`, with
-  `{image}` the plain (unpadded) integer: the original stem is kept, so upstream's own path patch
-  (`natural_bluebl_greenr-banana-s6` -> s5/s7) still finds its files in our upstream export.
-- JPEG bytes pass through unchanged.
-
-Choices for the reference's [I]/[?] points:
-- Member paths [?]: only the base name is parsed, so flat, `<class>/` or `<sequence>/` nesting all
-  work; `member_prefix` restricts reading to one folder inside the archives. The class token is
-  matched leniently (case, `_`/`-`/space and a trailing instance number are ignored, so
-  `cowboy hat`, `cowboy_hat`, `cowboyhat` and `banana2` all resolve); the token as spelled in the
-  file name is kept in the key and the template.
-- Frames per sequence (14), first (7) and reference (0) [I]: manifest parameters.
-- A missing, undecodable or duplicated frame inside a sequence makes the WHOLE sequence a dead
-  letter (a partial sweep would break the 7-moves-either-way geometry) -- unless the manifest's
-  `frame_substitutions` lists that frame. The one listed is upstream's own patch: banana /
-  `natural_bluebl_greenr` frame 6 is shown as frame 5. Upstream shows s5 when frame 6 is entered
-  by LEFT and s7 otherwise; a frame id maps to one image here, and from the start frame 7 the
-  only way into 6 within the step cap before passing the reference is LEFT, so s5 reproduces
-  upstream on every path that matters. A substitution applies only when the listed frame is
-  actually missing or corrupt (a good copy of the real frame is used as is).
-- Reading: the raw archives are `.tar.gz`, which cannot seek. `read_unit` streams every archive
-  once, decodes each photo cheaply (validation happens there, with the bytes in hand) and records
-  each member's offset in the *uncompressed* tar stream; a frame reference names archive, member,
-  offset, size and the byte span of its whole sequence. `load_frame` keeps one gzip reader per
-  archive per process and reads the whole sequence span at once (the writer asks for a row's 14
-  frames in a row), so a shard costs at most one forward decompression pass per sequence, but a
-  reader going backwards in an archive restarts it. For repeated full-size builds extract the
-  archives once into `<root>/extracted/` (`tar -xzf rod_0.tar.gz -C extracted`, same for rod_1):
-  when that folder exists it is used instead (plain file references, no decompression), with the
-  same parsing and the same output bytes. All archives are read in ONE unit, so a sequence whose
-  photos are split across the two archives is still assembled correctly (the price: the read
-  stage of ROD is not parallel; it is 3.3 GB of gzip, well under a minute or two).
-- Raw items: one per sequence, plus one per member whose name does not parse (dead letter) and
-  one per member that is not a photo (excluded:not_a_frame), plus one per archive that cannot be
-  read to its end (dead letter; the sequences it cut short become dead letters too).
-- Class vocabulary: the manifest's `classes` (the 16 names of `classes_rod.py`, which is never
-  executed); when `dataset_info.json` is present its label names must agree, else SourceError.
-"""
+"""The ROD scenario: per sequence (setting + class), one sample of 14 photos of an occluder swept
+across the object, read from the archives in one pass (the folder's docstring)."""
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import io
 import json
+import hashlib
 import posixpath
-import random
 import re
 import tarfile
-import threading
-
-from PIL import Image, ImageDraw
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
-from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.core.play import Play
 from proactivebench_builder.core.vocabulary import format_category
+from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.rod import miniature
+from proactivebench_builder.transforms.rod.archives import archive_version, read_member
+from proactivebench_builder.transforms.rod.play import MOVE_LEFT, MOVE_RIGHT, PLAY
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"
+
 
 QUESTIONS = (
     "Could you tell me what is behind the {occluder}?",
@@ -92,17 +39,14 @@ QUESTIONS = (
     "Tell me what object sits behind the {occluder}.",
 )
 
-MOVE_LEFT = "Move the {occluder} to the left."
-MOVE_RIGHT = "Move the {occluder} to the right."
 
 # bytes a sequence's span may hold per frame beyond the frame itself (tar headers, PAX
 # records, padding) before the writer reads its frames one by one instead of the span at once
 SPAN_SLACK_PER_FRAME = 8 << 10
 
+
 STEM_PATTERN = re.compile(r"^(?P<setting>[^-]+)-(?P<token>.+)-s(?P<frame>\d+)$")
 
-
-# ---- names ------------------------------------------------------------------------------------
 
 def normalise_class(token: str) -> str:
     """Lenient class matching: case, separators and a trailing instance number do not count."""
@@ -139,69 +83,10 @@ def expected_path(frames: dict, index: int) -> str:
     return re.sub(r"-s\d+(\.[^./]+)$", f"-s{index}\\1", sibling)
 
 
-# ---- reading archive members and extracted files ---------------------------------------------
-
-_READERS: dict[tuple[str, str], object] = {}
-_SPANS: dict[tuple[str, str], tuple[int, bytes]] = {}
-_LOCK = threading.Lock()
-
-
-def archive_version(fs, path: str) -> str:
-    """What identifies one version of an archive (size plus mtime / generation / etag), so the
-    per-process caches below never serve bytes of an archive replaced under the same name."""
-    info = fs.info(path)
-    stamp = next((info[k] for k in ("mtime", "generation", "etag", "ETag", "LastModified")
-                  if info.get(k) is not None), "")
-    return f"{info.get('size')}:{stamp}"
-
-
-def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
-    """`length` bytes at `start` in the uncompressed stream of a (gzipped) tar. One reader per
-    archive is kept per process, so consecutive reads move forward without re-decompressing."""
-    # one reader per archive and thread: two shard writers never drag each other backwards
-    slot = (url, version, threading.get_ident())
-    with _LOCK:
-        reader = _READERS.get(slot)
-        if reader is None:
-            fs, path = fileio.filesystem(url)
-            compression = "gzip" if url.endswith((".gz", ".tgz")) else None
-            reader = fs.open(path, "rb", compression=compression)
-            _READERS[slot] = reader
-    reader.seek(start)
-    data = reader.read(length)
-    if len(data) != length:
-        raise OSError(f"{url}: archive ended at {start + len(data)}, expected {start + length}")
-    return data
-
-
-def read_member(ref: dict) -> bytes:
-    """A member's bytes, through a one-span-per-archive cache of its whole sequence."""
-    url, offset, size = ref["url"], ref["offset"], ref["size"]
-    start, end = ref.get("span") or (offset, offset + size)
-    archive = (url, ref.get("version", ""), threading.get_ident())  # per thread, as the readers
-    with _LOCK:
-        cached = _SPANS.get(archive)
-    if cached is None or cached[0] != start or len(cached[1]) != end - start:
-        cached = (start, read_tar_span(url, start, end - start, archive[1]))
-        with _LOCK:
-            _SPANS[archive] = cached
-    return cached[1][offset - start: offset - start + size]
-
-
 class ROD(Scenario):
     name = "rod"
     config_name = "Realistic-Occlusion-Dataset"
-    # How upstream's environment plays ROD (runtime.behaviours; texts verbatim from upstream).
-    environment = Play(
-        actions={"LEFT": ("to the left",), "RIGHT": ("to the right",)},
-        behaviour="steps", moves={"LEFT": -1, "RIGHT": 1}, wrap=True,
-        first_turn="requests", last_turn="any",   # a category on the first frame is wrong
-        hint="Hint: moving the occluding object might reveal what is behind it.",
-        reference_prompt="What type of object is in the image?",
-        short_name="ROD", open_ended_suggestions=("Move the blocks", "Move the camera"),
-        open_ended_category=False, prediction_threshold=2, keyword_matching="substring",
-        suggestions=("Move the occluding object to the left.",
-                     "Move the occluding object to the right."))
+    environment = PLAY  # how it plays (play.py)
 
     # ---- listing --------------------------------------------------------------------------
 
@@ -482,96 +367,6 @@ class ROD(Scenario):
             return ()
         return (ref["url"], (ref.get("span") or [ref["offset"]])[0], ref["offset"])
 
-    def frame_path(self, row: dict, frame_id: int) -> str:
-        """ROD fills `{image}` with the plain integer (no zero padding)."""
-        return row["image_template"].format(image=str(frame_id))
-
-    # ---- miniature ----------------------------------------------------------------------------
-
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
-        """The HF repo layout: two tar.gz archives of JPEG sweeps (mixed sizes, flat and nested
-        member paths, a class with a space), `classes_rod.py`, `dataset_info.json`, README.md.
-        As in the real download, frame s6 of banana / natural_bluebl_greenr is absent."""
-        manifest = cls.read_manifest()
-        params = manifest["parameters"]
-        n = int(params["frames_per_sequence"])
-        archives: dict[str, list[tuple[str, bytes]]] = {}
-        total = 0
-        for spec in params["miniature_sequences"]:
-            rng = random.Random(f"{seed}/rod/{spec['sequence']}")
-            members = archives.setdefault(spec["archive"], [])
-            for i in range(n):
-                if i in spec.get("drop", []):
-                    continue
-                data = sweep_frame(i, n, spec["size"], spec["occluder_rgb"], rng)
-                members.append((f"{spec.get('folder', '')}{spec['sequence']}-s{i}.jpg", data))
-                total += 1
-        for archive, members in sorted(archives.items()):
-            fileio.write_bytes_atomic(fileio.join(root, archive), tar_gz(members))
-        fileio.write_bytes_atomic(fileio.join(root, "classes_rod.py"),
-                                  classes_file(manifest["classes"]).encode("utf-8"))
-        fileio.write_bytes_atomic(fileio.join(root, "dataset_info.json"),
-                                  dataset_info(manifest["classes"], total).encode("utf-8"))
-        fileio.write_bytes_atomic(fileio.join(root, "README.md"), (
-            "# Realistic Occlusion Dataset (miniature)\n\nA synthetic miniature in the layout "
-            "of arielnlee/Realistic-Occlusion-Dataset, written by proactivebench_builder.\n"
-        ).encode("utf-8"))
-
-
-# ---- miniature helpers (also used by the tests) ---------------------------------------------
-
-def sweep_frame(index: int, n: int, size, occluder_rgb, rng: random.Random) -> bytes:
-    """A JPEG of an object on a table before a wall, with an occluder whose x position moves
-    left to right over the sweep; it covers the object most at frame n // 2."""
-    width, height = int(size[0]), int(size[1])
-    image = Image.new("RGB", (width, height), (200 + rng.randint(0, 20), 200, 190))
-    draw = ImageDraw.Draw(image)
-    draw.rectangle((0, int(height * 0.7), width, height), fill=(120, 80, 40))
-    cx = width * (n // 2 + 0.5) / n
-    r = max(3, min(width, height) // 6)
-    draw.ellipse((cx - r, height * 0.5 - r, cx + r, height * 0.5 + r), fill=(230, 200, 30))
-    ox = width * (index + 0.5) / n
-    half = max(3, width // 7)
-    draw.rectangle((ox - half, height * 0.15, ox + half, height * 0.85), fill=tuple(occluder_rgb))
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=85)
-    return out.getvalue()
-
-
-def tar_gz(members: list[tuple[str, bytes]]) -> bytes:
-    """A deterministic .tar.gz (fixed mtimes and owners) of (member name, bytes) pairs."""
-    import gzip
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 1_690_000_000, 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(buffer.getvalue(), mtime=0)
-
-
-def classes_file(classes: list[str]) -> str:
-    """`classes_rod.py` as the HF repo ships it: an OrderedDict with 1-based keys (text only;
-    the pipeline never executes repository code)."""
-    body = "".join(f"    {i}: {name!r},\n" for i, name in enumerate(classes, start=1))
-    return f"from collections import OrderedDict\n\nROD_CLASSES = OrderedDict({{\n{body}}})\n"
-
-
-def dataset_info(classes: list[str], examples: int) -> str:
-    """`dataset_info.json` with the real key structure, its numbers describing the miniature."""
-    info = {
-        "description": "ROD miniature", "citation": "", "homepage": "", "license": "",
-        "features": {"image": {"_type": "Image"},
-                     "label": {"names": list(classes), "_type": "ClassLabel"}},
-        "task_templates": [{"task": "image-classification", "image_column": "image",
-                            "label_column": "label"}],
-        "builder_name": "realistic-occlusion-dataset", "config_name": "default",
-        "version": {"version_str": "1.0.0", "major": 1, "minor": 0, "patch": 0},
-        "splits": {"ROD": {"name": "ROD", "num_bytes": 0, "num_examples": examples,
-                           "shard_lengths": [examples],
-                           "dataset_name": "realistic-occlusion-dataset"}},
-        "download_checksums": {}, "download_size": 0, "dataset_size": 0,
-    }
-    return json.dumps(info, separators=(", ", ": "))
+        miniature.write_miniature(root, cls.read_manifest(), seed)

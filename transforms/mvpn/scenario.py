@@ -1,63 +1,19 @@
-"""MVP-N (`MVP-N`): an uninformative view of a retail product; the model should ask to rotate the
-object or move the camera.
-
-Raw source: the MVP-N `data/` folder (`data/<split>/<class>/<set>/<view>_<mark>.png`, mark 1 =
-informative view) and its per-class lists of multi-view test samples,
-`data/<split>_list/<split>_<class>_100.pkl` (a pickled list; each element is a list of 2-6 paths
-`<class>/<set>/<file>.png` relative to `data/<split>/`). One raw item = one element of a list; it
-becomes one sample whose frame chain is its uninformative views, in list order, followed by its
-single informative view (App. A.3: "a chain of uninformative views that ends in the informative
-one"). PNG bytes pass through unchanged.
-
-How the upstream environment reads a sample (docs/records.md) and what
-that asks of a record: at turn t it shows `image_id` = `first_image` (t = 0) or
-`valid_images[t]` (t >= 1), filling `image_template` with `{image}` = the id zero-padded to 4
-digits and `{informative}` = 1 only when t + 1 == `num_images` (and always in reference mode,
-with `reference_image`). So `valid_images` is the whole chain, `first_image` its first id,
-`reference_image` its last, `num_images` its length; `frame_path` sets the flag by position (the
-last id of `valid_images` -> 1) and the exported files sit exactly where those reads land. Since
-the chain ends in the only mark-1 view, the flag always equals the raw file's mark.
-
-Choices made for the reference's open points:
-- [?] file-name prefix before `_<mark>`: read the way MVP-N's loaders read it (stem before the
-  first ".", last "_" token = mark); the rest of the stem is the view token. `frame_ids: view`
-  (default) uses that token as the `{image}` id, so the export mirrors the raw set folders and
-  names; `frame_ids: position` numbers the chain 0..n-1 instead, for names without an integer
-  token (both in the manifest).
-- [?] informative-view placement inside a list element is not documented; the informative view
-  is moved to the end and the uninformative ones keep their list order (no random reordering).
-  An element with no informative view, or with several, has no single reference frame: dead
-  letter.
-- [?] human-readable class names: unknown; `source_manifests/mvpn_class_names.yaml` (named by
-  the manifest's `class_names_file`) holds placeholders "product <folder>" to be replaced.
-- [I] wrong categories: App. A.3 draws them among similar categories; we take the answer's MVP-N
-  confusion group (manifest `groups`), 3 group mates drawn by the seeded rng when the group has
-  more, and when it has fewer than 4 classes the rest is drawn (seeded, per key) from the classes
-  outside the group.
-- [I] the 11 rotate phrasings are ours (the paper's pool is not released); each holds exactly one
-  upstream ROTATE keyword and no other action keyword, which the tests check.
-
-The list files are pickles, and unpickling runs whatever callables a pickle names; these files come
-from a download, so they are read with an Unpickler that refuses every global: no class and no
-function can be looked up, so nothing can be called, and only what pickle's own opcodes build
-(lists, strings, numbers, ...) comes out; the result must then be a list of lists of strings. A
-file that needs anything more is a dead letter, never executed.
-"""
+"""The MVP-N scenario: samples from the release's list pickles, each a chain of views of one
+product ending on its informative view (the folder's docstring)."""
 from __future__ import annotations
 
 import io
 import pickle
 import posixpath
-import random
 import re
 
-from PIL import Image, ImageDraw
-
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.manifests import ManifestError
-from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.core.play import Play
 from proactivebench_builder.core.vocabulary import format_category
+from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.mvpn import miniature
+from proactivebench_builder.transforms.mvpn.play import PLAY, ROTATE_REQUESTS
 
 QUESTIONS = (
     "Identify the object in this image.",
@@ -77,27 +33,9 @@ QUESTIONS = (
     "Classify the object in this image.",
 )
 
-# Each holds exactly one ROTATE keyword (rotate / view / angle / orientation / different) and no
-# other action keyword; mind substrings ("up" in "cup", "angle" in "rectangle", "rotation" holds
-# no keyword at all).
-ROTATE_REQUESTS = (
-    "Rotate the object.",
-    "Could you rotate the object?",
-    "Please rotate the product so I can see it better.",
-    "Show me another view of the object.",
-    "Give me a view of the object from another perspective.",
-    "Change the camera angle of the object.",
-    "Move the camera to a new angle.",
-    "Change the orientation of the object.",
-    "Show me the object from a different side.",
-    "Let me see the product from a different position.",
-    "Turn the object to a new orientation.",
-)
 
 LIST_NAME = re.compile(r"^(?P<split>[a-z]+)_(?P<cls>.+)_(?P<count>[0-9]+)\.pkl$")
 
-
-# ---- reading the list files safely -------------------------------------------------------------
 
 class _PlainDataUnpickler(pickle.Unpickler):
     """Builds only what pickle's own opcodes build (lists, strings, numbers...): every global
@@ -163,14 +101,7 @@ def template_literal(text: str) -> str:
 class MVPN(Scenario):
     name = "mvpn"
     config_name = "MVP-N"
-    # How upstream's environment plays MVP-N (runtime.behaviours; texts verbatim from upstream).
-    environment = Play(
-        actions={"ROTATE": ("rotate", "view", "angle", "orientation", "different")},
-        behaviour="valid_images_chain", last_turn="category",
-        hint="Hint: rotating the object could provide a more informative view.",
-        short_name="MVP-N", open_ended_suggestions=("Rotate the object", "Move the camera"),
-        open_ended_category=False, prediction_threshold=2, keyword_matching="substring",
-        suggestions=ROTATE_REQUESTS)
+    environment = PLAY  # how it plays (play.py)
 
     def __init__(self, seed: int, source_root: str):
         super().__init__(seed, source_root)
@@ -299,12 +230,6 @@ class MVPN(Scenario):
             folder = f"{item['class']}/{item['list_stem']}_{item['index']:04d}"
         return template_literal(f"{prefix}/{folder}/") + "{image}_{informative}.png"
 
-    def frame_path(self, row: dict, frame_id: int) -> str:
-        """Informative = 1 for the last id of `valid_images` (the last turn and the reference
-        image upstream), 0 before it."""
-        informative = int(frame_id == row["valid_images"][-1])
-        return row["image_template"].format(image=f"{frame_id:04d}", informative=informative)
-
     def confusable_categories(self, key: str, cls: str) -> list[str]:
         """The answer, 3 wrong classes from its confusion group (topped up from the other
         classes when the group is smaller than 4), shuffled, as display strings."""
@@ -324,67 +249,4 @@ class MVPN(Scenario):
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
-        """`data/{train,valid,test}/<class>/<set>/<view:04d>_<mark>.png` (32x32 RGB PNG, one
-        informative view per set, not always the last) and `data/{valid,test}_list/` pickles of
-        2-4 paths per sample, the informative view listed at varying positions."""
-        params = cls.read_manifest()["parameters"]
-        for split in ("train", "valid", "test"):
-            for c_index, class_folder in enumerate(params["miniature_classes"]):
-                rng = random.Random(f"{seed}/mvpn/{split}/{class_folder}")
-                sets = _write_miniature_sets(root, split, class_folder, c_index, rng, params)
-                if split != "train":
-                    count = int(params["miniature_samples_per_list"])
-                    samples = _miniature_samples(sets, rng, count)
-                    fileio.write_bytes_atomic(
-                        fileio.join(root, "data", f"{split}_list",
-                                    f"{split}_{class_folder}_100.pkl"),
-                        pickle.dumps(samples, protocol=3))
-
-
-def _write_miniature_sets(root, split, class_folder, c_index, rng, params) -> list[list[str]]:
-    """Writes the set folders of one class; returns each set's relative paths."""
-    size = int(params["miniature_image_size"])
-    n_views = int(params["miniature_views_per_set"])
-    sets = []
-    for s in range(int(params["miniature_sets_per_class"])):
-        informative_at = rng.randrange(n_views)
-        paths = []
-        for v in range(n_views):
-            mark = int(v == informative_at)
-            rel = f"{class_folder}/{s:04d}/{v:04d}_{mark}.png"
-            data = _miniature_view(c_index, v, mark, size)
-            fileio.write_bytes_atomic(fileio.join(root, "data", split, rel), data)
-            paths.append(rel)
-        sets.append(paths)
-    return sets
-
-
-def _miniature_samples(sets, rng, count) -> list[list[str]]:
-    """Samples of 2-4 views of one set, each holding its set's single informative view."""
-    samples = []
-    for k in range(count):
-        views = sets[k % len(sets)]
-        informative = [p for p in views if p.endswith("_1.png")][0]
-        others = [p for p in views if p != informative]
-        chosen = rng.sample(others, 1 + k % len(others)) + [informative]
-        rng.shuffle(chosen)
-        samples.append(chosen)
-    return samples
-
-
-def _miniature_view(c_index: int, view: int, mark: int, size: int) -> bytes:
-    """A box silhouette in the class colour, seen from a slightly different side per view; the
-    informative view adds a label pattern unique to the class (so only it tells classes apart)."""
-    colour = (60 + 40 * (c_index % 4), 90, 200 - 30 * (c_index % 5))
-    image = Image.new("RGB", (size, size), (235, 235, 235))
-    draw = ImageDraw.Draw(image)
-    inset = 4 + view % 3
-    draw.rectangle((inset, 6, size - 1 - inset, size - 6), fill=(110, 110, 110))
-    if mark:
-        draw.rectangle((8, 10, size - 9, size - 10), fill=colour)
-        for stripe in range(c_index % 5 + 1):
-            y = 12 + 3 * stripe
-            draw.line((10, y, size - 11, y), fill=(255, 255, 255), width=1)
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
+        miniature.write_miniature(root, cls.read_manifest()["parameters"], seed)

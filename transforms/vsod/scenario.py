@@ -1,79 +1,25 @@
-"""VSOD (`OcclusionDataSet-MM20`): someone passes in front of the camera; the model should
-suggest rewinding the video or waiting for the occlusion to disappear.
-
-Raw source: OcclusionDataSet-MM20 (VSOD v1.0, Liao et al., ACM MM 2020) as the authors' loader
-reads it: `OcclusionDataSet-MM20/Data/<split>/<segment>/` holds the frames (sorted file names =
-temporal order) and `OcclusionDataSet-MM20/Annotations/<split>/<segment>/` one VOC-style XML per
-frame, paired with the frames by sort position; each `<object>` child of the root is an occluder
-with a `<bndbox>`. The source has no identity labels, so the answers come from a labels file that
-the manifest names (`parameters.labels_file`, relative to the source root or any URL):
-
-    segment,question_type,answer[,first_image,reference_image]
-    seg_0001,speaker,Ursula von der Leyen
-    seg_0001,number_of_people,Two,,
-    seg_0001,event,Press conference,5,11
-
-`question_type` is one of `speaker`, `number_of_people`, `event`; `answer` must be in the
-manifest's vocabulary for that type (`categories.<type>`, also the distractor pool);
-`first_image` / `reference_image` optionally pin the frames (the paper picked the fully occluded
-frame by hand). One labels row joined to its segment is one raw item and one sample, keyed
-`OcclusionDataSet-MM20/<segment>/<question_type>`.
-
-Record semantics (as upstream's environment reads them; docs/records.md):
-- frames: every frame of the segment, `frame_ids` 0..n-1 in sorted-name order, `num_images` = n;
-  `image_template` `OcclusionDataSet-MM20/<segment>/{image}.<ext>` with `{image}` zero-padded to
-  4 digits (the base class default); frame bytes pass through unchanged.
-- options: "Rewind the video." and "Wait for the occlusion to disappear." plus one abstain
-  option; upstream moves -1/+1 modulo `num_images` and never changes the option set, so both
-  moves and the correct category are valid at every step.
-- prompt: one of 15 paraphrases of the row's question type; `question_type` is set. The video
-  pre-prompt ("This is a frame extracted from a video...") is added by the runtime, not stored.
-- categories: the answer plus 3 distractors from the same type's vocabulary.
-
-Choices for the reference's [I]/[?] points:
-- `first_image` (unless pinned): the frame whose occluder boxes cover the largest fraction of the
-  frame (union of boxes / frame area; the earliest on ties).
-- `reference_image` (unless pinned): the unoccluded frame (no `<object>`) nearest to the first
-  frame in the circular order the environment walks; on a tie the later one (reached by
-  waiting). A segment with no unoccluded frame uses its least occluded frame.
-- `strong_occlusions` (a ProactiveBench-derived flag whose rule is unpublished): True when at
-  least `strong_occlusion.min_frames` frames have a union-box fraction of at least
-  `strong_occlusion.min_union_fraction` (defaults 1 and 0.5). Weakly occluded samples stay in
-  the pool with the flag False (upstream's loader skips them at load time; the selection step is
-  shared code and does not).
-- A segment without any occluded frame has no ambiguous first frame: its label rows are rule
-  exclusions (`excluded:no_occlusion`); a segment with no label row is `excluded:no_labels` (the
-  paper discarded instances it could not name).
-- Frame files are the files with an image extension, annotations the `.xml` files (other files,
-  e.g. Thumbs.db, are ignored); pairing is by sort position as in the authors' loader, so the
-  counts must match. `frame_order: natural` sorts digit runs numerically (for unpadded names).
-- Dead letters (one per label row of the segment, with the segment's path and the reason): bad
-  XML, an object without a numeric bndbox, a box outside the image or empty, an XML `<size>`
-  that disagrees with the frame, an undecodable or missing frame, an XML/frame count mismatch,
-  mixed frame formats, pinned frames out of range. Label rows with an unknown question type or
-  answer, a duplicate (segment, type), a malformed line or a segment that does not exist are
-  dead letters naming `labels_file:line`.
-"""
+"""The VSOD scenario: per labelled segment, one clip whose frames run from its most occluded frame
+toward a clear one (the folder's docstring)."""
 from __future__ import annotations
 
 import csv
 import io
-import random
 import re
 import xml.etree.ElementTree as ET
 
-from PIL import Image, ImageDraw
-
 from proactivebench_builder.core import fileio
-from proactivebench_builder.transforms.base import BadItem, Scenario, SourceError
-from proactivebench_builder.core.play import Play
+from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
+from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.vsod import miniature
+from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
+from proactivebench_builder.transforms.vsod.play import PLAY, REWIND, WAIT
 
-DATASET_FOLDER = "OcclusionDataSet-MM20"
-REWIND = "Rewind the video."
-WAIT = "Wait for the occlusion to disappear."
 LABELS_UNIT = "labels"
+
+
 SEGMENT_UNIT = "segment:"
+
 
 QUESTIONS = {
     "speaker": (
@@ -128,12 +74,16 @@ QUESTIONS = {
         "What kind of situation is captured in this clip?",
     ),
 }
+
+
 QUESTION_TYPES = tuple(QUESTIONS)
+
+
 LABEL_COLUMNS = ("segment", "question_type", "answer")
+
+
 PIN_COLUMNS = ("first_image", "reference_image")
 
-
-# ---- labels ----------------------------------------------------------------------------------
 
 def parse_labels(text: str, vocabulary: dict) -> tuple[list[dict], list[tuple[int, str]]]:
     """(good rows, [(line, reason)] of bad rows) of a labels CSV. Raise SourceError when the
@@ -179,8 +129,6 @@ def _parse_label_row(row: dict, vocabulary: dict) -> dict:
         label[column] = int(value) if value else None
     return label
 
-
-# ---- annotations -------------------------------------------------------------------------------
 
 def parse_annotation(data: bytes) -> tuple[tuple[int, int] | None, list[tuple[float, ...]]]:
     """((width, height) from `<size>` or None, occluder boxes) of one VOC-style XML file."""
@@ -238,8 +186,6 @@ def natural_key(name: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-# ---- frame choices -------------------------------------------------------------------------
-
 def most_occluded(fractions: list[float]) -> int:
     return max(range(len(fractions)), key=lambda i: (fractions[i], -i))
 
@@ -267,16 +213,7 @@ def is_strong(fractions: list[float], rule: dict) -> bool:
 class VSOD(Scenario):
     name = "vsod"
     config_name = "OcclusionDataSet-MM20"
-    # How upstream's environment plays VSOD (runtime.behaviours; texts verbatim from upstream).
-    environment = Play(
-        actions={"REWIND": ("rewind the video.",), "FORWARD": ("wait for the",)},
-        behaviour="steps", moves={"REWIND": -1, "FORWARD": 1}, wrap=True, last_turn="any",
-        pre_prompt="This is a frame extracted from a video. Answer the following question.",
-        hint="Hint: If there is an occlusion, waiting for it to disappear or rewinding the video "
-             "might reveal what's behind it.",
-        short_name="VSOD", open_ended_suggestions=(
-            "Wait for the occlusion to disappear", "Rewind the video", "Move the camera"),
-        prediction_threshold=3, keyword_matching="substring", suggestions=(REWIND, WAIT))
+    environment = PLAY  # how it plays (play.py)
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -447,74 +384,4 @@ class VSOD(Scenario):
 
     @classmethod
     def write_miniature(cls, root: str, seed: int = 0) -> None:
-        """`OcclusionDataSet-MM20/{Data,Annotations}/{test,train}/<segment>/` with 64x36 JPEG
-        frames `0000.jpg`.. and one VOC XML each (a passer-by from frame 3 to 7: strong, weak or
-        none), and the labels CSV the manifest names."""
-        params = cls.read_manifest()["parameters"]
-        for spec in params["miniature_segments"]:
-            rng = random.Random(f"{seed}/vsod/{spec['segment']}")
-            write_segment(root, spec["split"], spec["segment"], int(spec["frames"]),
-                          tuple(spec["size"]), passer_by_boxes(spec), rng)
-        fileio.write_bytes_atomic(fileio.join(root, params["labels_file"]),
-                                  params["miniature_labels"].encode("utf-8"))
-
-
-# ---- miniature helpers (also used by the tests) ---------------------------------------------
-
-def passer_by_boxes(spec: dict) -> dict[int, list[tuple[int, int, int, int]]]:
-    """Frame -> occluder boxes of someone crossing from the left: frames `enter`..`leave`-1, the
-    widest at the middle; `peak` is the fraction of the frame height the person covers."""
-    width, height = spec["size"]
-    enter, leave = spec.get("enter", 3), spec.get("leave", 8)
-    peak = float(spec.get("peak", 0.0))
-    boxes = {}
-    if peak <= 0:
-        return boxes
-    box_h = max(2, round(height * peak))
-    span = leave - enter
-    for k, i in enumerate(range(enter, leave)):
-        centre = width * (k + 0.5) / span
-        half = width * (0.5 if k == span // 2 else 0.3) if peak >= 0.5 else width * 0.35
-        left, right = max(0, round(centre - half)), min(width, round(centre + half))
-        top = height - box_h
-        boxes[i] = [(left, top, right, height)]
-        if k == span // 2:  # a second, overlapping occluder (a raised arm): exercises the union
-            boxes[i].append((max(0, left + 4), max(0, top - 2), min(width, left + 12), height))
-    return boxes
-
-
-def annotation_xml(folder: str, filename: str, size, boxes) -> bytes:
-    objects = "".join(
-        "  <object>\n    <name>occlusion</name>\n    <bndbox>\n"
-        f"      <xmin>{b[0]}</xmin>\n      <ymin>{b[1]}</ymin>\n"
-        f"      <xmax>{b[2]}</xmax>\n      <ymax>{b[3]}</ymax>\n    </bndbox>\n  </object>\n"
-        for b in boxes)
-    return (f"<annotation>\n  <folder>{folder}</folder>\n  <filename>{filename}</filename>\n"
-            f"  <size>\n    <width>{size[0]}</width>\n    <height>{size[1]}</height>\n"
-            f"    <depth>3</depth>\n  </size>\n{objects}</annotation>\n").encode("utf-8")
-
-
-def scene_frame(size, boxes, rng: random.Random) -> bytes:
-    """A static "speaker" scene (wall, skin-toned face) with dark occluders drawn in the boxes."""
-    image = Image.new("RGB", size, (90 + rng.randint(0, 10), 110, 140))
-    draw = ImageDraw.Draw(image)
-    w, h = size
-    draw.rectangle((w * 0.4, h * 0.2, w * 0.6, h * 0.8), fill=(225, 180, 150))
-    for box in boxes:
-        draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(25, 25, 30))
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=85)
-    return out.getvalue()
-
-
-def write_segment(root: str, split: str, segment: str, n: int, size, boxes: dict,
-                  rng: random.Random) -> None:
-    base = fileio.join(root, DATASET_FOLDER)
-    for i in range(n):
-        frame_boxes = boxes.get(i, [])
-        name = f"{i:04d}"
-        fileio.write_bytes_atomic(fileio.join(base, "Data", split, segment, f"{name}.jpg"),
-                                  scene_frame(size, frame_boxes, rng))
-        fileio.write_bytes_atomic(
-            fileio.join(base, "Annotations", split, segment, f"{name}.xml"),
-            annotation_xml(segment, f"{name}.jpg", size, frame_boxes))
+        miniature.write_miniature(root, cls.read_manifest()["parameters"], seed)

@@ -6,4 +6,4 @@ import sys
 from proactivebench_builder.core.cli import launch
 
 if __name__ == "__main__":
-    sys.exit(launch("run_pipeline.py", "proactivebench_builder.pipeline.commands.build"))
+    sys.exit(launch("run_pipeline.py", "proactivebench_builder.pipeline.commands.main"))

@@ -1,10 +1,16 @@
 """One distribution; the top-level folders install under the `proactivebench_builder` namespace,
 so nothing generic like `pipeline` or `filters` lands in site-packages. The same file is what
 Dataflow's `--setup_file ./setup.py` packages for its workers."""
+import os
+
 from setuptools import setup
 
 NAMESPACE = "proactivebench_builder"
 FOLDERS = ("core", "pipeline", "transforms", "filters", "source_manifests", "runtime")
+# one folder per scenario under transforms/ (each a package)
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIO_FOLDERS = sorted(entry.name for entry in os.scandir(os.path.join(HERE, "transforms"))
+                          if os.path.exists(os.path.join(entry.path, "__init__.py")))
 
 setup(
     name="proactivebench-builder",
@@ -12,7 +18,8 @@ setup(
     description="Rebuilds the ProactiveBench benchmark from its raw sources on Apache Beam, "
                 "with a thin evaluation runtime.",
     python_requires=">=3.10",
-    packages=[f"{NAMESPACE}.{folder}" for folder in FOLDERS] + [f"{NAMESPACE}.pipeline.commands"],
+    packages=[f"{NAMESPACE}.{folder}" for folder in FOLDERS] + [f"{NAMESPACE}.pipeline.commands"]
+    + [f"{NAMESPACE}.transforms.{name}" for name in SCENARIO_FOLDERS],
     package_dir={f"{NAMESPACE}.{folder}": folder for folder in FOLDERS},
     package_data={f"{NAMESPACE}.source_manifests": ["*.yaml", "*.json"]},
     install_requires=[
@@ -41,8 +48,8 @@ setup(
         "transformers": ["transformers>=4.45", "torch"],
     },
     entry_points={"console_scripts": [
-        # light launchers: Ctrl-C while Beam imports is one line too (commands/arguments.py)
-        "proactivebench-build=proactivebench_builder.core.cli:build_main",
-        "proactivebench-eval=proactivebench_builder.core.cli:evaluate_main",
+        # light launchers: Ctrl-C while Beam imports is one line too (core.cli.launch)
+        "proactivebench-build=proactivebench_builder.pipeline.commands:build_main",
+        "proactivebench-eval=proactivebench_builder.runtime.__main__:launch_evaluate",
     ]},
 )

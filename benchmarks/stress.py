@@ -72,12 +72,12 @@ def parse_args(argv):
 # left as the build sets it) and the thread switch interval S (S <= 0: Python's default).
 HUNTING = """import sys
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
-from proactivebench_builder.pipeline import local_runs
-from proactivebench_builder.pipeline.commands import build
+from proactivebench_builder.pipeline import beam_compat
+from proactivebench_builder.pipeline.commands import main as build
 flush_ms, switch = int(sys.argv[1]), float(sys.argv[2])
 if flush_ms >= 0:
     worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = flush_ms
-    local_runs.no_timed_flushes = lambda: None
+    beam_compat.no_timed_flushes = lambda: None
 if switch > 0:
     sys.setswitchinterval(switch)
 sys.exit(build.main(sys.argv[3:]))

@@ -24,7 +24,7 @@ import sys
 import threading
 import traceback
 
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.errors import CommandError, UsageError  # noqa: F401 (UsageError re-exported)
 
 DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
               "shows its traceback)")
@@ -180,9 +180,10 @@ def int_at_least(low: int):
 
 def run_command(prog: str, body, argv: list[str]) -> int:
     """Run `body(argv)` as a command: a user's mistake (a SystemExit with a message, such as a
-    UsageError) is one line on stderr and exit 2; Ctrl-C is one line and exit 130 (what a shell
-    expects). With --debug in argv both show their traceback. Any other exception is a bug and
-    keeps its traceback."""
+    UsageError) is one line on stderr and exit 2; a `CommandError` is one line opened by its
+    prefix and its own exit code; Ctrl-C is one line and exit 130 (what a shell expects). With
+    --debug in argv these show their traceback. Any other exception is a bug and keeps its
+    traceback."""
     debug = any(canonical(a) == "--debug" for a in argv)
     with CtrlC(quiet=not debug) as ctrl_c:
         try:
@@ -194,6 +195,14 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 traceback.print_exc()
             print(f"{prog}: error: {err.code}", file=sys.stderr)
             return 2
+        except CommandError as err:
+            if ctrl_c.pressed:
+                say_interrupted(prog)
+                return INTERRUPTED
+            if debug:
+                traceback.print_exc()
+            print(f"{err.prefix}: {err}", file=sys.stderr)
+            return err.exit_code
         except BaseException:
             # Beam re-raises a KeyboardInterrupt met inside a DoFn as a RuntimeError naming the
             # step, so the interruption is known by the signal, not by the exception's type.
@@ -279,16 +288,6 @@ def launch(prog: str, module: str) -> int:
         say_interrupted(prog)
         return INTERRUPTED
     return main()
-
-
-def build_main() -> int:
-    """The `proactivebench-build` console script (run_pipeline.py)."""
-    return launch("proactivebench-build", "proactivebench_builder.pipeline.commands.build")
-
-
-def evaluate_main() -> int:
-    """The `proactivebench-eval` console script (python -m proactivebench_builder.runtime)."""
-    return launch("proactivebench-eval", "proactivebench_builder.runtime.cli")
 
 
 # ---- known noise -----------------------------------------------------------------------------

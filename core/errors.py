@@ -2,12 +2,19 @@
 its one-line message by the type (`core.cli.run_command`), never by matching the text.
 
 - `UsageError`: a user's mistake found before any work (exit 2).
-- `SourceError`: a source root as a whole is missing or unusable (exit 2): not a single bad item.
+- `CommandError` and its kinds, each with its exit code and the word that opens its line:
+  `SourceError` (exit 2): a source root as a whole is missing or unusable, not a single bad item;
+  `BuildFailed` (exit 2): the build ran but its output must not be trusted; `OutputError`
+  (exit 1): the output could not be written (a full disk, permissions); `FolderLocked` (exit 3):
+  another build holds the output folder.
 - `BadItem`: one raw item cannot become a sample; it becomes a dead letter, never an exit.
-- `BuildFailed`: the build ran but its output must not be trusted (exit 2).
-- `FolderLocked`: another build holds the output folder (exit 3).
+
+An error raised on a worker reaches the launcher as text only; `pipeline.failures` carries its
+type across as a record instead.
 """
 from __future__ import annotations
+
+import os
 
 
 class UsageError(SystemExit):
@@ -24,13 +31,37 @@ class BadItem(Exception):
         self.path = path
 
 
-class SourceError(RuntimeError):
+class CommandError(RuntimeError):
+    """A run that cannot go on, for a reason its message states in one line."""
+    exit_code = 1
+    prefix = "FAILED"
+
+
+class SourceError(CommandError):
     """The source root as a whole is missing or unusable (not a single bad item)."""
+    exit_code = 2
+    prefix = "BUILD FAILED"
 
 
-class BuildFailed(RuntimeError):
+class BuildFailed(CommandError):
     """The build ran but its output must not be trusted (e.g. too many dead letters)."""
+    exit_code = 2
+    prefix = "BUILD FAILED"
 
 
-class FolderLocked(RuntimeError):
+class OutputError(CommandError):
+    """The output could not be written: `<strerror> (errno N): <path>`."""
+    exit_code = 1
+    prefix = "BUILD FAILED"
+
+    @classmethod
+    def of(cls, err: OSError) -> "OutputError":
+        where = err.filename or ""
+        text = f"{err.strerror or os.strerror(err.errno)} (errno {err.errno})"
+        return cls(text + (f": {where}" if where else ""))
+
+
+class FolderLocked(CommandError):
     """Another build holds the output folder."""
+    exit_code = 3
+    prefix = "BUILD REFUSED"

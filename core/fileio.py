@@ -19,7 +19,13 @@ _MADE_DIRS: set[str] = set()
 
 
 def is_local(url: str) -> bool:
-    return "://" not in url
+    """Whether `url` names a file of this machine: a plain path or a file:// URL."""
+    return "://" not in url or url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """The path of a local `url` as the os module takes it (a file:// URL without its scheme)."""
+    return url[len("file://"):] if url.startswith("file://") else url
 
 
 def filesystem(url: str):
@@ -34,7 +40,7 @@ def join(base: str, *parts: str) -> str:
 
 def read_bytes(url: str) -> bytes:
     if is_local(url):
-        with open(url, "rb") as handle:
+        with open(local_path(url), "rb") as handle:
             return handle.read()
     fs, path = filesystem(url)
     with fs.open(path, "rb") as handle:
@@ -72,7 +78,7 @@ def temporary_name(final_path: str) -> str:
 
 def write_bytes_atomic(url: str, data: bytes) -> None:
     if is_local(url):
-        _write_local_atomic(url, data)
+        _write_local_atomic(local_path(url), data)
         return
     fs, path = filesystem(url)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
@@ -143,6 +149,7 @@ def link_or_copy_atomic(source: str, target: str) -> str:
     is its pool, shard for shard), else a copy. Both names stay valid on their own: every
     writer here replaces files by rename, never in place. Returns "link" or "copy"."""
     if is_local(source) and is_local(target):
+        source, target = local_path(source), local_path(target)
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
         tmp = temporary_name(target)
         try:

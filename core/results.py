@@ -1,27 +1,178 @@
-"""Result values. Errors are values: every raw item becomes a candidate or a dead letter, and
-counts travel as values too, because the DaskRunner has neither tagged outputs nor metrics."""
+"""The values that flow through the build graph, typed. Errors are values: every raw item becomes
+a candidate, a dead letter or a counted exclusion, and counts travel as values too, because the
+DaskRunner has neither tagged outputs nor metrics. Every kind of value is built here and only
+here; steps tell them apart by type.
+
+    reading:   Candidate, DeadLetter, Count           (a scenario's read_unit yields these)
+    building:  Sample, TrainExample                   (or a DeadLetter)
+    selection: Prediction, KeepIds                    (the filter's inputs, per pool)
+    pooling:   PoolReport, TrainPool, ShardRow        (rows keyed by their ShardKey)
+    writing:   ShardWritten, Dropped, UpstreamLine    (and a DeadLetter per dropped row)
+
+Rows (`Sample.row`, `TrainExample.row`) stay plain dicts: they are the record contract's rows.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 
-def candidate(scenario: str, key: str, item: dict) -> dict:
-    return {"kind": "candidate", "scenario": scenario, "key": key, "item": item}
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A raw item that can become a sample (or a train example): its key and what building it
+    needs (small: frames are references, not bytes)."""
+    kind: ClassVar[str] = "candidate"
+    scenario: str
+    key: str
+    item: dict
 
 
-def sample(scenario: str, row: dict) -> dict:
-    return {"kind": "sample", "scenario": scenario, "key": row["key"], "row": row}
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A raw item that could not become a sample: its source path relative to the root and why."""
+    kind: ClassVar[str] = "dead_letter"
+    scenario: str
+    path: str
+    reason: str
+    key: str = ""
+
+    def as_dict(self) -> dict:
+        """The line of reports/dead_letters.jsonl."""
+        return {"scenario": self.scenario, "path": self.path, "reason": self.reason,
+                "key": self.key}
 
 
-def dead_letter(scenario: str, path: str, reason: str, key: str = "") -> dict:
-    return {"kind": "dead_letter", "scenario": scenario, "path": path, "reason": reason,
-            "key": key}
-
-
-def count(scenario: str, what: str, n: int = 1) -> dict:
+@dataclass(frozen=True, slots=True)
+class Count:
     """`what` is "raw_items" (everything read) or "excluded:<rule>" (left out by a documented
     selection rule, e.g. a drawing the game did not recognise, or not drawn by subsampling)."""
-    return {"kind": "count", "scenario": scenario, "what": what, "n": n}
+    kind: ClassVar[str] = "count"
+    scenario: str
+    what: str
+    n: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A built row of a scenario's test pool (frames still as references)."""
+    kind: ClassVar[str] = "sample"
+    scenario: str
+    key: str
+    row: dict
+
+
+@dataclass(frozen=True, slots=True)
+class TrainExample:
+    """A built train example; `scenario` is its label (`<name>/train`), `name` the scenario."""
+    kind: ClassVar[str] = "train_example"
+    scenario: str
+    name: str
+    key: str
+    row: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One stored first-round prediction (a row of the predictions schema)."""
+    kind: ClassVar[str] = "prediction"
+    row: dict
+
+
+@dataclass(frozen=True, slots=True)
+class KeepIds:
+    """The ids a keep-list keeps of one config."""
+    kind: ClassVar[str] = "keep_ids"
+    config: str
+    ids: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReport:
+    """What the pool step decided for one scenario: pool size, kept, the filter's report."""
+    kind: ClassVar[str] = "pool"
+    scenario: str
+    config: str
+    samples: int
+    kept: int
+    filter: dict
+
+
+@dataclass(frozen=True, slots=True)
+class TrainPool:
+    """The examples each train label contributed (the reports check raw items against them)."""
+    kind: ClassVar[str] = "train_pool"
+    examples: dict
+
+
+class ShardKey(NamedTuple):
+    """Which shard a row goes to: its split and scenario (empty for the train split, which all
+    scenarios share), its index and the split's shard count, and whether the test split is the
+    same shard (no filter dropped anything: written once, linked)."""
+    split: str
+    scenario: str
+    index: int
+    count: int
+    copy_to_test: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRow:
+    """A row (a test row dict, or a TrainExample) on its way to its shard; None for the one
+    placeholder of an empty split, which still gets its (empty) shard."""
+    kind: ClassVar[str] = "shard_row"
+    shard: ShardKey
+    row: object
+
+
+@dataclass(frozen=True, slots=True)
+class ShardWritten:
+    """A shard file written: where, and its rows, size and sha256 (`mix`: the train split's
+    ambiguous/unambiguous counts per config)."""
+    kind: ClassVar[str] = "shard"
+    scenario: str
+    config: str
+    split: str
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+    mix: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A sample dropped while its shard was written (its frame changed after validation)."""
+    kind: ClassVar[str] = "dropped"
+    scenario: str
+    split: str
+    in_test: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLine:
+    """One line of the upstream export's `<config>_preprocessed.jsonl`."""
+    kind: ClassVar[str] = "upstream_line"
+    config: str
+    id: int
+    line: str
+
+
+def relabelled(value, scenario: str):
+    """`value` reported under another label (e.g. a read of both splits at once)."""
+    return dataclasses.replace(value, scenario=scenario)
+
+
+# ---- the train branch's label --------------------------------------------------------------
+
+def train_label(name: str) -> str:
+    """Results of the train branch are reported under `<scenario>/train`."""
+    return f"{name}/train"
+
+
+def is_train_label(label: str) -> bool:
+    return label.endswith("/train")
 
 
 # ---- names that are not UTF-8 ----------------------------------------------------------------
@@ -31,6 +182,8 @@ def count(scenario: str, what: str, n: int = 1) -> dict:
 def not_utf8(value):
     """The first string inside `value` that UTF-8 cannot encode, else None. Nearly every value
     is fine, which one C-speed JSON encoding proves; only a failure walks the value."""
+    if dataclasses.is_dataclass(value):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
         return None
@@ -66,16 +219,18 @@ def non_utf8_reason(text: str) -> str:
     return f"non-UTF-8 file name: {text}"
 
 
-def utf8_safe(value: dict) -> dict:
+def utf8_safe(value):
     """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate becomes a
     dead letter of its key, a dead letter or count gets escaped text."""
     bad = not_utf8(value)
     if bad is None:
         return value
-    if value["kind"] == "candidate":
-        return dead_letter(value["scenario"], escaped(value["key"]),
-                                   non_utf8_reason(escaped(bad)), escaped(value["key"]))
-    return {k: escaped(v) if isinstance(v, str) else v for k, v in value.items()}
+    if isinstance(value, Candidate):
+        return DeadLetter(value.scenario, escaped(value.key), non_utf8_reason(escaped(bad)),
+                          escaped(value.key))
+    return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))
+                                         for f in dataclasses.fields(value)
+                                         if isinstance(getattr(value, f.name), str)})
 
 
 def utf8_unit(unit: str):
@@ -83,18 +238,3 @@ def utf8_unit(unit: str):
     escaped text, to become one dead letter where it is read."""
     bad = not_utf8(unit)
     return {"not_utf8": escaped(unit), "text": escaped(bad)} if bad else unit
-
-
-# ---- the train branch's label --------------------------------------------------------------
-
-def train_label(name: str) -> str:
-    """Results of the train branch are reported under `<scenario>/train`."""
-    return f"{name}/train"
-
-
-def is_train_label(label: str) -> bool:
-    return label.endswith("/train")
-
-
-def is_kind(kind: str):
-    return lambda value: value["kind"] == kind

@@ -16,6 +16,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pyarrow.parquet as pq
+
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.layout import UNFILTERED, report_url
 from proactivebench_builder.filters.predictions import PredictionsError, sample_ref
 
 EXAMPLES = 3  # example keys shown per scenario
@@ -64,20 +69,20 @@ def coverage_message(problems: list[str]) -> str:
 # ---------------------------------------------------------------- the driver's check, before work
 
 
-def check_before_work(rows: list[dict], params: dict) -> str | None:
+def check_before_work(rows: list[dict], config: BuildConfig) -> str | None:
     """The coverage problems of the predictions `rows` (already read and validated) for the
     chosen scenarios, as one message, or None. Uses the pool of a previous build in the output
     folder when it is the pool this build makes; otherwise checks what it can without a pool
     (every chosen scenario has predictions, and the models of a scenario answer the same
     samples); the pool step checks the rest."""
-    settings = params["selection"]
+    settings = config.selection
     by_config = defaultdict(list)
     for row in rows:
         by_config[row["config"]].append(row)
-    configs = _configs(params)
-    pools = previous_pools(params)
+    configs = _configs(config)
+    pools = previous_pools(config)
     problems = []
-    for name in sorted(params["scenarios"]):
+    for name in sorted(config.scenarios):
         config = configs[name]
         predictions = by_config.get(config, [])
         if not predictions:
@@ -87,7 +92,7 @@ def check_before_work(rows: list[dict], params: dict) -> str | None:
         models = sorted({r["model"] for r in predictions})
         pool = pools.get(name)
         if pool is None:
-            if not settings.get("allow_partial"):
+            if not settings.allow_partial:
                 problem = _models_disagree(config, predictions, models)
                 if problem:
                     problems.append(problem)
@@ -100,7 +105,7 @@ def check_before_work(rows: list[dict], params: dict) -> str | None:
                             f"the pool, e.g. {', '.join(_shown(u) for u in unknown[:EXAMPLES])} (were they made on "
                             "another build?)")
             continue
-        if settings.get("allow_partial"):
+        if settings.allow_partial:
             continue
         answered = defaultdict(set)
         for r in predictions:
@@ -111,8 +116,8 @@ def check_before_work(rows: list[dict], params: dict) -> str | None:
     return coverage_message(problems) if problems else None
 
 
-def _configs(params: dict) -> dict[str, str]:
-    return {n: c for c, n in params["config_to_scenario"].items() if n in params["scenarios"]}
+def _configs(config: BuildConfig) -> dict[str, str]:
+    return {n: c for c, n in config.config_to_scenario.items() if n in config.scenarios}
 
 
 def _models_disagree(config: str, predictions: list[dict], models: list[str]) -> str | None:
@@ -125,25 +130,23 @@ def _models_disagree(config: str, predictions: list[dict], models: list[str]) ->
     return missing_predictions(config, sorted(answered), answered, models)
 
 
-def previous_pools(params: dict) -> dict[str, dict]:
+def previous_pools(config: BuildConfig) -> dict[str, dict]:
     """Per scenario, the pool a previous build left in the output folder, when this build will
     make the same pool (same code, seed, origin, sources, manifest and parameter overrides):
     {"keys", "ids": key -> id, "required": keys the filter judges}. Anything unreadable or
     different means no pool: the pool step checks instead."""
-    from proactivebench_builder.core import fileio
-
-    output = params["output"]
+    output = config.output
     try:
-        build = json.loads(fileio.read_bytes(fileio.join(output, "reports", "build.json")))
+        build = json.loads(fileio.read_bytes(report_url(output)))
     except (OSError, ValueError):
         return {}
-    old, new = build.get("stamp") or {}, params["stamp"]
+    old, new = build.get("stamp") or {}, config.stamp
     if any(old.get(k) != new.get(k) for k in ("code_version", "seed", "origin")):
         return {}
     pools = {}
-    for name in params["scenarios"]:
+    for name in config.scenarios:
         same = (
-            (build.get("sources") or {}).get(name) == params["sources"].get(name)
+            (build.get("sources") or {}).get(name) == config.sources.get(name)
             and (old.get("manifests") or {}).get(name) == new["manifests"].get(name)
             and (old.get("parameter_overrides") or {}).get(name)
             == new["parameter_overrides"].get(name))
@@ -151,7 +154,7 @@ def previous_pools(params: dict) -> dict[str, dict]:
         if not same or not entry.get("config"):
             continue
         paths = [f["path"] for f in build.get("files", [])
-                 if f.get("config") == entry["config"] and f.get("split") == "unfiltered"]
+                 if f.get("config") == entry["config"] and f.get("split") == UNFILTERED]
         try:
             pools[name] = _read_pool(output, paths)
         except Exception:  # noqa: BLE001 - a damaged previous build: the pool step checks
@@ -160,10 +163,6 @@ def previous_pools(params: dict) -> dict[str, dict]:
 
 
 def _read_pool(output: str, paths: list[str]) -> dict:
-    import pyarrow.parquet as pq
-
-    from proactivebench_builder.core import fileio
-
     keys, ids, required = [], {}, []
     for path in paths:
         fs, local = fileio.filesystem(fileio.join(output, path))

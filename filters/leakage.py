@@ -19,6 +19,8 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
+from proactivebench_builder.core import results
+from proactivebench_builder.core.config import KEEP_LIST, PREDICTIONS, BuildConfig, Selection
 from proactivebench_builder.filters import coverage
 from proactivebench_builder.filters.predictions import (PredictionsError, read_predictions,
                                                         sample_ref)
@@ -33,27 +35,27 @@ class KeepListError(ValueError):
     """A keep-list cannot be applied to this pool."""
 
 
-def input_transform(params: dict):
+def input_transform(config: BuildConfig):
     """The selection inputs as a function of the pipeline root: (scenario, value) pairs."""
-    settings = params["selection"]
-    config_to_scenario = params["config_to_scenario"]
+    settings = config.selection
+    config_to_scenario, chosen = config.config_to_scenario, set(config.scenarios)
 
-    if settings["mode"] == "predictions":
-        url = settings["predictions"]
+    if settings.mode == PREDICTIONS:
+        url = settings.predictions
 
         def read(_):
             for row in read_predictions(url):
                 scenario = config_to_scenario.get(row["config"])
-                if scenario in params["scenarios"]:
-                    yield scenario, dict(row, kind="prediction")
+                if scenario in chosen:
+                    yield scenario, results.Prediction(row)
     else:
-        spec = settings["keep_list"]
+        spec = settings.keep_list
 
         def read(_):
-            for config, ids in load_keep_list(spec).items():
-                scenario = config_to_scenario.get(config)
-                if scenario in params["scenarios"]:
-                    yield scenario, {"kind": "keep_ids", "config": config, "ids": sorted(ids)}
+            for name, ids in load_keep_list(spec).items():
+                scenario = config_to_scenario.get(name)
+                if scenario in chosen:
+                    yield scenario, results.KeepIds(name, tuple(sorted(ids)))
 
     return lambda pbegin: (pbegin | "SelectionSource" >> beam.Create([None], reshuffle=False)
                            | "ReadSelection" >> beam.FlatMap(read))
@@ -69,10 +71,10 @@ def load_keep_list(spec: str) -> dict[str, set[int]]:
     return {config: {int(i) for i in ids} for config, ids in data.items()}
 
 
-def select(scenario: str, config: str, rows: list[dict], values: list[dict],
-           settings: dict, required: list[str] | None = None) -> tuple[set[str], dict]:
+def select(scenario: str, config: str, rows: list[dict], values: list,
+           settings: Selection, required: list[str] | None = None) -> tuple[set[str], dict]:
     """`required`: the keys every model must have answered (default: every row's)."""
-    if settings["mode"] == "keep_list":
+    if settings.mode == KEEP_LIST:
         return _select_by_keep_list(config, rows, values, settings)
     if required is None:
         required = sorted(r["key"] for r in rows)
@@ -80,29 +82,29 @@ def select(scenario: str, config: str, rows: list[dict], values: list[dict],
 
 
 def _select_by_keep_list(config, rows, values, settings):
-    if not str(settings.get("origin", "")).startswith("upstream"):
+    if not str(settings.origin).startswith("upstream"):
         raise KeepListError(
             f"{config}: a keep-list names upstream's sample ids, but this pool was built from the "
             "raw sources, where ids mean other samples. Filter a fresh pool with --predictions, "
             "or import the upstream release with --import_upstream to use --keep_list.")
     listed = set()
     for value in values:
-        listed.update(value["ids"])
+        listed.update(value.ids)
     by_id = {r["id"]: r["key"] for r in rows}
     kept = {by_id[i] for i in listed if i in by_id}
     missing = sorted(listed - set(by_id))
-    return kept, {"mode": "keep_list", "keep_list": settings["keep_list"], "before": len(rows),
+    return kept, {"mode": KEEP_LIST, "keep_list": settings.keep_list, "before": len(rows),
                   "after": len(kept), "listed": len(listed), "missing_ids": missing}
 
 
 def _select_by_predictions(config, rows, values, settings, required):
-    threshold, min_models = float(settings["threshold"]), int(settings["min_models"])
+    threshold, min_models = float(settings.threshold), int(settings.min_models)
     # a prediction names its sample by key or by id (predictions.sample_ref)
     pool = {f"key:{r['key']}": r["key"] for r in rows}
     pool.update({f"id:{r['id']}": r["key"] for r in rows})
     answers = defaultdict(dict)          # key -> model -> correct
     unknown = []
-    for value in values:
+    for value in (v.row for v in values):
         ref = sample_ref(value)
         key = pool.get(ref)
         if key is None:
@@ -120,7 +122,7 @@ def _select_by_predictions(config, rows, values, settings, required):
         raise PredictionsError(f"{config}: the predictions cover no sample of this config; "
                                "add its predictions or leave it out with --scenarios")
     models = sorted({m for per in answers.values() for m in per})
-    if not settings.get("allow_partial"):
+    if not settings.allow_partial:
         answered = {key: set(per) for key, per in answers.items()}
         problem = coverage.missing_predictions(config, required, answered, models)
         if problem:

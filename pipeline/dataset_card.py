@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import yaml
 
+from proactivebench_builder.core.buildfolder import dataset_info
+from proactivebench_builder.core.layout import TEST, UNFILTERED, split_glob
 from proactivebench_builder.transforms import manifest_of
 
 CITATION = """@article{demin2026proactivebench,
@@ -29,38 +31,11 @@ def configs_block(configs: list[str], extra_configs: list[dict] | None = None) -
         entries.append({
             "config_name": config,
             "data_files": [
-                {"split": "test", "path": f"{config}/test-*.parquet"},
-                {"split": "unfiltered", "path": f"unfiltered/{config}/test-*.parquet"},
+                {"split": TEST, "path": split_glob(TEST, config)},
+                {"split": UNFILTERED, "path": split_glob(UNFILTERED, config)},
             ],
         })
     return entries
-
-
-def dataset_info(files: list[dict]) -> list[dict]:
-    """The `dataset_info:` block: per config, split sizes and a content fingerprint (sha256 over
-    its shards). Besides informing the Hub viewer, it matters for local loading: `datasets`
-    keys its cache of a folder with a `configs:` block on this YAML, not on the files, so
-    without sizes and a fingerprint a rebuilt folder would load the previous build's rows."""
-    import hashlib
-
-    by_config: dict[str, list[dict]] = {}
-    for f in files:
-        by_config.setdefault(f["config"], []).append(f)
-    infos = []
-    for config, parts in sorted(by_config.items()):
-        digest = hashlib.sha256("".join(f"{f['path']} {f['sha256']}\n" for f in sorted(
-            parts, key=lambda f: f["path"])).encode()).hexdigest()
-        splits = {}
-        for f in parts:
-            entry = splits.setdefault(f["split"], {"name": f["split"], "num_bytes": 0,
-                                                   "num_examples": 0})
-            entry["num_bytes"] += f["bytes"]
-            entry["num_examples"] += f["rows"]
-        size = sum(f["bytes"] for f in parts)
-        infos.append({"config_name": config, "description": f"content sha256:{digest}",
-                      "splits": [splits[k] for k in sorted(splits)],
-                      "download_size": size, "dataset_size": size})
-    return infos
 
 
 def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
@@ -79,7 +54,7 @@ def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def render(report: dict, filters: dict, params: dict, extra_configs=None, train=None,
+def render(report: dict, filters: dict, stamp: dict, extra_configs=None, train=None,
            files=None) -> str:
     names = [n for n in sorted(report) if report[n]["config"]]
     manifests = {n: manifest_of(n) for n in names}
@@ -109,7 +84,6 @@ def render(report: dict, filters: dict, params: dict, extra_configs=None, train=
               "restrictive of them.", "", "## Citation", "", "```bibtex", CITATION, "```", ""]
     for n in names:
         lines += ["```bibtex", manifests[n]["citation"].strip(), "```", ""]
-    stamp = params.get("stamp", {})
     lines += ["## Reproducibility", "", "```yaml",
               yaml.safe_dump(stamp, sort_keys=True, allow_unicode=True).strip(), "```", ""]
     return "\n".join(lines)

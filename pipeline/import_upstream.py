@@ -15,9 +15,13 @@ import json
 import apache_beam as beam
 
 from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import UPSTREAM_EXTRA_FIELDS, empty_row
-from proactivebench_builder.pipeline.upstream_export import jsonl_name
-from proactivebench_builder.transforms import behaviour_for_config
+from proactivebench_builder.pipeline.scenarios import scenario_instance
+from proactivebench_builder.pipeline.spread import Spread
+from proactivebench_builder.transforms import behaviour_for_config, manifest_of
 
 
 def present_configs(folder: str, config_to_scenario: dict) -> list[str]:
@@ -43,12 +47,12 @@ def upstream_frame_ids(config: str, record: dict) -> list[int]:
 
 
 class ReadRecords(beam.DoFn):
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, config: BuildConfig):
+        self.config = config
 
     def process(self, config: str):
-        scenario = self.params["config_to_scenario"][config]
-        url = fileio.join(self.params["import_upstream"], jsonl_name(config))
+        scenario = self.config.config_to_scenario[config]
+        url = fileio.join(self.config.import_upstream, jsonl_name(config))
         fs, path = fileio.filesystem(url)
         with fs.open(path, "rb") as handle:
             for number, line in enumerate(handle, start=1):
@@ -56,37 +60,32 @@ class ReadRecords(beam.DoFn):
 
 
 class ImportRecord(beam.DoFn):
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, config: BuildConfig):
+        self.config = config
 
     def process(self, element):
-        from proactivebench_builder.pipeline.build import scenario_instance
-        from proactivebench_builder.core.errors import BadItem
-
         name, config, number, line = element
-        folder = self.params["import_upstream"]
+        folder = self.config.import_upstream
         where = f"{jsonl_name(config)}:{number}"
-        yield results.count(name, "raw_items")
+        yield results.Count(name, "raw_items")
         try:
             record = json.loads(line)
             row = self._row(name, config, record)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            yield results.dead_letter(name, where, f"malformed upstream record: {err}")
+            yield results.DeadLetter(name, where, f"malformed upstream record: {err}")
             return
-        scenario = scenario_instance(name, self.params, folder)
+        scenario = scenario_instance(name, self.config, folder)
         try:
             urls = [fileio.join(folder, scenario.frame_path(row, f)) for f in row["frame_ids"]]
             for url in urls:
                 scenario.validate_file_frame(url)
         except BadItem as err:
-            yield results.dead_letter(name, err.path or where, err.reason, row["key"])
+            yield results.DeadLetter(name, err.path or where, err.reason, row["key"])
             return
         row["frame_refs"] = [{"kind": "file", "url": u} for u in urls]
-        yield results.sample(name, row)
+        yield results.Sample(name, row["key"], row)
 
     def _row(self, name: str, config: str, record: dict) -> dict:
-        from proactivebench_builder.transforms import manifest_of
-
         row = empty_row()
         for field in ("id", "image_template", "first_image", "num_images", "reference_image",
                       "prompt", "options", "categories", "answer"):
@@ -111,16 +110,14 @@ class ImportRecord(beam.DoFn):
 class ImportUpstream(beam.PTransform):
     """Result values (samples, dead letters, counts) from an upstream release folder."""
 
-    def __init__(self, params: dict):
+    def __init__(self, config: BuildConfig):
         super().__init__()
-        self.params = params
+        self.config = config
 
     def expand(self, pbegin):
-        from proactivebench_builder.pipeline.build import Spread
-
-        configs = [c for c in self.params["import_configs"]]
+        configs = list(self.config.import_configs)
         return (pbegin
                 | "UpstreamConfigs" >> beam.Create(configs, reshuffle=False)
-                | "ReadRecords" >> beam.ParDo(ReadRecords(self.params))
+                | "ReadRecords" >> beam.ParDo(ReadRecords(self.config))
                 | "SpreadRecords" >> Spread()
-                | "ImportRecords" >> beam.ParDo(ImportRecord(self.params)))
+                | "ImportRecords" >> beam.ParDo(ImportRecord(self.config)))

@@ -10,10 +10,13 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from proactivebench_builder.core.cli import at_interrupt, canonical
+from proactivebench_builder.pipeline import beam_compat, worker_main
+from proactivebench_builder.pipeline.worker_main import BEAM_WORKER_MODULE
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEFAULT_DASK_PARTITIONS = 16
@@ -34,7 +37,7 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
     A local run uses every core: one worker process per core (`--direct_num_workers`, in
     DEFAULT_LOCAL_MODE) unless `argv` gives `--direct_num_workers` / `--direct_running_mode`
     (`--direct_num_workers=N` alone gets N workers in DEFAULT_LOCAL_MODE).
-    Every local run also gets Beam's data plane without its timed flush (no_timed_flushes):
+    Every local run also gets Beam's data plane without its timed flush (beam_compat):
     that flush is what once lost part of a two-thread build's output."""
     standard = options.view_as(StandardOptions)
     if standard.runner in ("DaskRunner", DASK_RUNNER):
@@ -54,7 +57,7 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
         # Beam's own default mode, in_memory, would run any number of workers as one
         if direct.direct_num_workers > 1 and not flag_given(argv or [], "direct_running_mode"):
             direct.direct_running_mode = DEFAULT_LOCAL_MODE
-        no_timed_flushes()
+        beam_compat.no_timed_flushes()
     return runner
 
 
@@ -65,24 +68,6 @@ def flag_given(argv: list[str], name: str) -> bool:
 
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def no_timed_flushes() -> None:
-    """Turn off the timed flush of the FnApiRunner's gRPC data plane (Beam 2.77).
-
-    The runner's side of the data plane and its in-process (multi_threading) workers send a
-    bundle's data through a `TimeBasedBufferingClosableOutputStream`, whose thread flushes the
-    buffer every DATA_BUFFER_TIME_LIMIT_MS (1 s): it copies the buffer, hands the copy to the
-    send queue, then empties the buffer. The thread that writes elements takes no lock, so
-    elements written while the flusher is handing over its copy (the send queue can block) are
-    emptied with it, unsent. That is how a two-thread build once lost the last samples and
-    counts of two QuickDraw units, which arrive in one burst at the end of a unit (docs/stress.md
-    reproduces it). With the limit at 0, streams flush only by size, from the writing thread;
-    subprocess workers (multi_processing) already run so. A timed flush only helps streaming
-    latency, which a batch build does not need."""
-    from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
-    worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
 
 
 def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: bool) -> None:
@@ -126,13 +111,11 @@ def worker_failures_reported_once(debug: bool):
     if debug:
         yield
         return
-    from proactivebench_builder.pipeline.worker_main import quiet_instruction_tracebacks
-
     quiet = _FailureReportedElsewhere()
     loggers = [logging.getLogger(name) for name in BEAM_FAILURE_LOGGERS]
     for logger in loggers:
         logger.addFilter(quiet)
-    restore = quiet_instruction_tracebacks()
+    restore = beam_compat.quiet_instruction_tracebacks()
     try:
         yield
     finally:
@@ -156,10 +139,8 @@ class _WorkerSubprocess:
     def Popen(self, *args, **kwargs):  # noqa: N802 (the name Beam calls)
         kwargs.setdefault("start_new_session", True)
         if args and isinstance(args[0], str):  # Beam's command line, run with shell=True
-            from proactivebench_builder.pipeline import worker_main
-
-            args = (args[0].replace(f"-m {worker_main.BEAM_WORKER_MODULE}",
-                                    f"-m {worker_main.__name__}"),) + args[1:]
+            args = (args[0].replace(f"-m {BEAM_WORKER_MODULE}", f"-m {worker_main.__name__}"),) \
+                + args[1:]
         process = self._module.Popen(*args, **kwargs)
         self.started.append(process)
         return process
@@ -178,10 +159,7 @@ def local_workers_apart_from_ctrl_c():
     if os.name != "posix":
         yield
         return
-    from apache_beam.runners.portability import local_job_service
-
-    original = local_job_service.subprocess
-    workers = _WorkerSubprocess(original)
+    workers = _WorkerSubprocess(subprocess)
 
     def end_workers():
         for process in workers.started:
@@ -190,12 +168,9 @@ def local_workers_apart_from_ctrl_c():
             except OSError:  # already gone
                 pass
 
-    local_job_service.subprocess = workers
     try:
-        with at_interrupt(end_workers):  # at once: before Beam's teardown talks to them
-            yield
+        with beam_compat.worker_processes(workers), at_interrupt(end_workers):
+            yield  # (at_interrupt: at once, before Beam's teardown talks to the workers)
     except BaseException:
         end_workers()
         raise
-    finally:
-        local_job_service.subprocess = original

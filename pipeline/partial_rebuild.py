@@ -24,8 +24,11 @@ from __future__ import annotations
 import json
 
 from proactivebench_builder.core import fileio
-
-REPORTS_DIR = "reports"
+from proactivebench_builder.core.buildfolder import BUILDING, FAILED, OK
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.layout import (
+    BUILD_REPORT, DEAD_LETTERS, FILTER_REPORT, TRAIN, UNFILTERED, UPSTREAM_DIR)
+from proactivebench_builder.transforms import get_scenario
 WAY_OUT = ("rebuild every scenario of the folder (leave out --scenarios), or build into another "
            "--output")
 
@@ -34,25 +37,25 @@ class UpdateRefused(ValueError):
     """This build cannot update the folder's existing build; the message names the way out."""
 
 
-def read_json(output: str, name: str):
+def read_json(output: str, relative: str):
     try:
-        return json.loads(fileio.read_bytes(fileio.join(output, REPORTS_DIR, name)))
+        return json.loads(fileio.read_bytes(fileio.join(output, relative)))
     except FileNotFoundError:
         return None
 
 
-def plan_update(params: dict, train_capable: set[str]) -> dict | None:
+def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     """None for a plain build (nothing in the folder, or nothing this build would leave out);
     else {"kept": scenarios kept, "keep_train": bool, "stamp": merged stamp}. Raises
     UpdateRefused when the update would not be sound."""
-    output, chosen = params["output"], set(params["scenarios"])
+    output, chosen = config.output, set(config.scenarios)
     try:
-        previous = read_json(output, "build.json")
+        previous = read_json(output, BUILD_REPORT)
     except (OSError, ValueError) as err:
         raise UpdateRefused(f"{output} holds an unreadable reports/build.json ({err}): "
                             f"{WAY_OUT}") from None
     if previous is None or unfinished(previous):
-        _refuse_foreign_shards(output, params)
+        _refuse_foreign_shards(output, config)
         return None
     old_scenarios = {n for n, e in (previous.get("scenarios") or {}).items() if e.get("config")}
     kept = sorted(old_scenarios - chosen)
@@ -61,18 +64,18 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
     unusable = not_finished_ok(previous)
     if unusable:
         raise UpdateRefused(f"cannot update {output}: it holds {unusable}; {WAY_OUT}")
-    mismatches = _setting_mismatches(previous, read_json(output, "filter.json") or {}, params)
+    mismatches = _setting_mismatches(previous, read_json(output, FILTER_REPORT) or {}, config)
     if mismatches:
         raise UpdateRefused(
             f"cannot update {output} (it also holds {', '.join(kept)}, kept by an update): this "
             f"build differs from the folder's build in {'; '.join(mismatches)}; {WAY_OUT}")
-    train_again = _train_plan(previous, params, kept, chosen, train_capable, output)
+    train_again = _train_plan(previous, config, kept, chosen, train_capable, output)
     keep_train = train_again is None and "train" in previous
     _check_kept_files(output, previous, kept, keep_train)
     old_overrides = (previous.get("stamp") or {}).get("parameter_overrides") or {}
-    return {"kept": kept, "keep_train": keep_train, "stamp": merged_stamp(previous, params, kept),
+    return {"kept": kept, "keep_train": keep_train, "stamp": merged_stamp(previous, config, kept),
             # the build marks build.json "building" before the terminal step merges, so the
-            # report to keep comes from here (params), not from the folder
+            # report to keep comes from here (the plan), not from the folder
             "previous": previous,
             "train_sources": train_again or {},
             "train_overrides": {n: old_overrides[n] for n in train_again or {}
@@ -80,9 +83,7 @@ def plan_update(params: dict, train_capable: set[str]) -> dict | None:
 
 
 def unfinished(report: dict) -> bool:
-    """A build.json that only says a build was under way (pipeline.integrity.mark_building)."""
-    from proactivebench_builder.pipeline.integrity import BUILDING
-
+    """A build.json that only says a build was under way (core.buildfolder.mark_building)."""
     return report.get("status") == BUILDING and "scenarios" not in report
 
 
@@ -90,8 +91,6 @@ def not_finished_ok(report: dict) -> str | None:
     """What the folder's build is when it did not finish with status "ok" (the only build
     whose scenarios an update may keep), else None. A build killed after its reports were
     written, before its final checks, still says "building"."""
-    from proactivebench_builder.pipeline.integrity import FAILED, OK
-
     status = report.get("status")
     if status == OK:
         return None
@@ -100,14 +99,12 @@ def not_finished_ok(report: dict) -> str | None:
     return f"a build that did not finish (status {status!r})"
 
 
-def _refuse_foreign_shards(output: str, params: dict) -> None:
+def _refuse_foreign_shards(output: str, config: BuildConfig) -> None:
     """Shards of other configs in a folder without a build report cannot be kept consistently."""
-    from proactivebench_builder.pipeline.shards import UNFILTERED
-
     if not fileio.is_dir(output):
         return
-    ours = {c for c, n in params["config_to_scenario"].items() if n in params["scenarios"]}
-    others = set(params["config_to_scenario"]) - ours
+    ours = {c for c, n in config.config_to_scenario.items() if n in config.scenarios}
+    others = set(config.config_to_scenario) - ours
     present = sorted(c for c in others
                      for folder in (fileio.join(output, c), fileio.join(output, UNFILTERED, c))
                      if any(name.endswith(".parquet") for name in _names(folder)))
@@ -123,36 +120,34 @@ def _names(folder: str) -> list[str]:
         return []
 
 
-def _setting_mismatches(previous: dict, filters: dict, params: dict) -> list[str]:
-    old, new = previous.get("stamp") or {}, params["stamp"]
+def _setting_mismatches(previous: dict, filters: dict, config: BuildConfig) -> list[str]:
+    old, new = previous.get("stamp") or {}, config.stamp
     found = [f"{what} ({old.get(key)!r} there, {new.get(key)!r} now)"
              for key, what in (("code_version", "code version"), ("seed", "seed"),
                                ("origin", "origin"))
              if old.get(key) != new.get(key)]
-    old_filter, new_filter = filters.get("settings") or {}, params["selection"]
+    old_filter, new_filter = filters.get("settings") or {}, config.selection.as_dict()
     for key in ("mode", "predictions", "keep_list", "threshold", "min_models", "allow_partial"):
         if old_filter.get(key) != new_filter.get(key):
             found.append(f"filter {key} ({old_filter.get(key)!r} there, "
                          f"{new_filter.get(key)!r} now)")
     had_export = previous.get("upstream_export")
     if had_export is None:  # a report from before this field: the folder says
-        had_export = fileio.is_dir(fileio.join(params["output"], "upstream"))
-    if bool(had_export) != bool(params.get("export_upstream", True)):
+        had_export = fileio.is_dir(fileio.join(config.output, UPSTREAM_DIR))
+    if bool(had_export) != bool(config.export_upstream):
         found.append("the upstream export (" + ("made there, --no_upstream_export now"
                                                 if had_export else "skipped there, made now") + ")")
     return found
 
 
-def _train_plan(previous: dict, params: dict, kept: list[str], chosen: set[str],
+def _train_plan(previous: dict, config: BuildConfig, kept: list[str], chosen: set[str],
                 train_capable: set[str], output: str) -> dict | None:
     """The existing train split is one set of shards for every scenario with a train split,
     drawn next to their test picks: kept whole (returns None), or rebuilt whole (returns the
     kept scenarios whose train examples are read again: {name: source URL}, from the folder's
     build, with their overrides and an unchanged manifest)."""
-    from proactivebench_builder.transforms import get_scenario
-
     old_train = set(((previous.get("train") or {}).get("scenarios") or {}))
-    if not params.get("train_sources"):
+    if not config.train_sources:
         rebuilt = sorted(old_train & chosen)
         if rebuilt:
             raise UpdateRefused(
@@ -198,17 +193,15 @@ def kept_configs(previous: dict, kept: list[str]) -> set[str]:
 
 
 def kept_files(previous: dict, kept: list[str], keep_train: bool) -> list[dict]:
-    from proactivebench_builder.pipeline.shards import TRAIN
-
     configs = kept_configs(previous, kept)
     return [f for f in previous.get("files", [])
             if f.get("config") in configs or (keep_train and f.get("split") == TRAIN)]
 
 
-def merged_stamp(previous: dict, params: dict, kept: list[str]) -> dict:
+def merged_stamp(previous: dict, config: BuildConfig, kept: list[str]) -> dict:
     """The new stamp, with the kept scenarios' manifests and overrides, the command of the
     folder's build, and per rebuilt scenario the command that last updated it."""
-    old, new = previous.get("stamp") or {}, params["stamp"]
+    old, new = previous.get("stamp") or {}, config.stamp
     stamp = dict(new)
     stamp["manifests"] = {**{n: v for n, v in (old.get("manifests") or {}).items() if n in kept},
                           **new["manifests"]}
@@ -217,7 +210,7 @@ def merged_stamp(previous: dict, params: dict, kept: list[str]) -> dict:
         **new["parameter_overrides"]}
     stamp["command"] = old.get("command", new["command"])
     stamp["updated_by"] = {**{n: c for n, c in (old.get("updated_by") or {}).items() if n in kept},
-                           **{n: new["command"] for n in params["scenarios"]}}
+                           **{n: new["command"] for n in config.scenarios}}
     return stamp
 
 
@@ -230,7 +223,7 @@ def merge_reports(output: str, update: dict, report: dict, filters: dict, files:
     as the driver read it, the others from the folder, so a retried terminal step merges the
     same). Returns the pieces to write."""
     previous = update["previous"]
-    old_filters = (read_json(output, "filter.json") or {}).get("scenarios") or {}
+    old_filters = (read_json(output, FILTER_REPORT) or {}).get("scenarios") or {}
     kept, keep_train = update["kept"], update["keep_train"]
     report = {**{n: previous["scenarios"][n] for n in kept}, **report}
     filters = {**{n: old_filters[n] for n in kept if n in old_filters}, **filters}
@@ -239,7 +232,7 @@ def merge_reports(output: str, update: dict, report: dict, filters: dict, files:
                **sources}
     old_dead = []
     try:
-        text = fileio.read_bytes(fileio.join(output, REPORTS_DIR, "dead_letters.jsonl"))
+        text = fileio.read_bytes(fileio.join(output, DEAD_LETTERS))
         old_dead = [json.loads(line) for line in text.decode("utf-8").splitlines() if line]
     except FileNotFoundError:
         pass

@@ -20,12 +20,11 @@ after it; a folder larger than `archive_max_bytes` (default 5 GB, the Hub's olde
 recommendation) is split into `<folder>-00001-of-0000N.zip` parts in sorted member order. Images
 are already compressed, so members are stored, not deflated (faster and byte-stable).
 
-Before anything is planned the folder is checked (`check_built_folder`): the card has a
-`configs:` block, every split's globs match shards that open with pyarrow (test and unfiltered
-with every record column, one schema per split), their row counts are those of
-`reports/build.json`, and no Parquet file is unreachable from the card. When
-`pipeline/commands/validate.py` provides `validate_folder`, its row-level checks run as well.
-Token and repository are checked next, before any archive is packed.
+Before anything is planned the folder is checked (`validate_for_publishing`): the one check of
+build folders (`core.buildfolder`: a finished "ok" build, every shard as `reports/build.json`
+records it, the card naming them, no stray shard) and the record contract of every row (the
+`validate` command's, which the publish command passes in). Token and repository are checked
+next, before any archive is packed.
 
 How it is published:
 
@@ -51,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
-import importlib
 import json
 import os
 import posixpath
@@ -61,15 +59,11 @@ import zipfile
 
 import yaml
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.records import COLUMNS
+from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core.layout import (
+    BUILD_REPORT, CARD, REPORTS_DIR, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
-CARD = "README.md"
-REPORTS_DIR = "reports"
-UPSTREAM_DIR = "upstream"
 DEFAULT_UPSTREAM_PREFIX = "test"  # the upstream release ships its export under `test/`
-JSONL_SUFFIX = "_preprocessed.jsonl"
-ROW_SPLITS_WITH_CONTRACT = ("test", "unfiltered")  # splits whose rows follow records.COLUMNS
 TEMP_PREFIX = ".tmp-"
 CHUNK = 8 * 1024 * 1024
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest timestamp a zip can hold
@@ -207,106 +201,13 @@ def split_shards(configs: list[dict], files: list[str]) -> dict[tuple[str, str],
 # ----------------------------------------------------------------------------- validation
 
 
-def check_built_folder(folder: str) -> list[str]:
-    """Problems that make a built folder unfit to publish ([] when it is fine): a card with a
-    `configs:` block, every split's shards present, opening with pyarrow with the expected
-    columns and the row counts of `reports/build.json`, and a complete build report."""
-    if not fileio.is_dir(folder):
-        return [f"{folder}: no such folder (build it first with run_pipeline.py --output ...)"]
-    files = list_files(folder)
-    if CARD not in files:
-        return [f"{CARD} (the dataset card) is missing: the build did not finish"]
-    configs = read_card_configs(folder)
-    if not configs:
-        return [f"{CARD} has no `configs:` block in its YAML front matter"]
-    problems = []
-    shards = split_shards(configs, files)
-    rows = {}
-    for (config, split), paths in sorted(shards.items()):
-        if not paths:
-            problems.append(f"config {config!r} split {split!r}: no file matches its data_files")
-        problems += check_shards(folder, config, split, paths, rows)
-    reachable = {p for paths in shards.values() for p in paths}
-    problems += [f"{p}: a Parquet file no `configs:` entry names (stale or unreachable)"
-                 for p in files if p.endswith(".parquet") and p not in reachable]
-    problems += check_build_report(folder, files, rows)
-    return problems
-
-
-def check_shards(folder: str, config: str, split: str, paths: list[str], rows: dict) -> list[str]:
-    """Every shard opens, the contract splits have every record column, all shards of a split
-    share one schema; records the split's row count in `rows`."""
-    import pyarrow.parquet as pq
-
-    problems, schemas, total = [], set(), 0
-    for path in paths:
-        fs, local = fileio.filesystem(fileio.join(folder, path))
-        try:
-            with fs.open(local, "rb") as handle:
-                parquet = pq.ParquetFile(handle)
-                schema, total = parquet.schema_arrow, total + parquet.metadata.num_rows
-        except Exception as err:  # a truncated or foreign file: report it, keep checking
-            problems.append(f"{path}: does not open as Parquet ({err})")
-            continue
-        schemas.add(schema.remove_metadata().to_string())
-        missing = [c for c in COLUMNS if c not in schema.names]
-        if split in ROW_SPLITS_WITH_CONTRACT and missing:
-            problems.append(f"{path}: lacks columns {missing}")
-    if len(schemas) > 1:
-        problems.append(f"config {config!r} split {split!r}: shards have different schemas")
-    rows[(config, split)] = total
-    return problems
-
-
-def check_build_report(folder: str, files: list[str], rows: dict) -> list[str]:
-    path = f"{REPORTS_DIR}/build.json"
-    if path not in files:
-        return [f"{path} is missing: the build did not finish"]
-    try:
-        report = json.loads(fileio.read_bytes(fileio.join(folder, path)))
-        scenarios = report["scenarios"]
-    except (ValueError, KeyError, TypeError) as err:
-        return [f"{path}: unreadable build report ({err})"]
-    problems = [] if report.get("stamp") else [f"{path}: no reproducibility `stamp`"]
-    for name, entry in sorted(scenarios.items()):
-        config = entry.get("config")
-        if not config:
-            continue
-        if not entry.get("accounted", False):
-            problems.append(f"{path}: {name}: raw items != samples + dead letters + excluded")
-        for split, expected in sorted((entry.get("rows") or {}).items()):
-            found = rows.get((config, split))
-            if found is None:
-                problems.append(f"{CARD}: no `configs:` entry for {config!r} split {split!r}")
-            elif found != expected:
-                problems.append(f"config {config!r} split {split!r}: shards hold {found} rows, "
-                                f"{path} says {expected} (incomplete or mixed output)")
-    return problems
-
-
-def external_validator():
-    """`validate_folder(path) -> list[str]` from pipeline/commands/validate.py, when present."""
-    try:
-        module = importlib.import_module("proactivebench_builder.pipeline.commands.validate")
-    except ModuleNotFoundError as err:
-        if err.name != "proactivebench_builder.pipeline.commands.validate":
-            raise
-        return None
-    return getattr(module, "validate_folder", None)
-
-
-def validate_for_publishing(folder: str) -> None:
-    from proactivebench_builder.pipeline import integrity
-
-    problems = integrity.status_problems(folder)  # a failed or unfinished build, at once
-    if problems:
-        raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
-    problems = check_built_folder(folder)
-    validator = external_validator()
-    if validator is not None and not problems:
-        problems = list(validator(folder))  # also every shard's size and sha256 (integrity)
-    elif not problems:
-        problems = integrity.folder_problems(folder)
+def validate_for_publishing(folder: str, check=None) -> None:
+    """Refuse a folder that is not an intact, finished build (core.buildfolder: its status, every
+    shard's size and sha256, its card, nothing more than its report lists), then one that
+    `check(folder) -> [problems]` (the record contract, from the `validate` command) refuses."""
+    problems = buildfolder.folder_problems(folder)
+    if not problems and check is not None:
+        problems = list(check(folder))
     if problems:
         raise PublishError(f"{folder} is not ready to publish:\n  - " + "\n  - ".join(problems))
 
@@ -352,8 +253,8 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
     top-level image folder packed into zip archive(s) written under `staging`."""
     upstream = fileio.join(folder, UPSTREAM_DIR)
     files = list_files(upstream)
-    if not any(f.endswith(JSONL_SUFFIX) and "/" not in f for f in files):
-        raise PublishError(f"--with_upstream: {upstream} holds no *{JSONL_SUFFIX} (was the build "
+    if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in files):
+        raise PublishError(f"--with_upstream: {upstream} holds no *{UPSTREAM_SUFFIX} (was the build "
                            "run with --no_upstream_export?); rebuild, or publish without it")
     planned = []
     groups = {}
@@ -362,7 +263,7 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
         if sep:
             groups.setdefault(top, []).append(name)
         else:
-            kind = "upstream-jsonl" if name.endswith(JSONL_SUFFIX) else "upstream-file"
+            kind = "upstream-jsonl" if name.endswith(UPSTREAM_SUFFIX) else "upstream-file"
             planned.append(planned_file(f"{prefix}/{name}", fileio.join(upstream, name), kind))
     for top, names in sorted(groups.items()):
         sizes = {n: file_size(fileio.join(upstream, n)) for n in names}
@@ -450,7 +351,7 @@ def make_plan(target: str, files: list[PlannedFile], remote: dict[str, RemoteFil
 
 
 def default_commit_message(folder: str) -> str:
-    report = json.loads(fileio.read_bytes(fileio.join(folder, REPORTS_DIR, "build.json")))
+    report = json.loads(fileio.read_bytes(fileio.join(folder, BUILD_REPORT)))
     stamp = report.get("stamp") or {}
     configs = sorted({e["config"] for e in report["scenarios"].values() if e.get("config")})
     return (f"Publish ProactiveBench build: {', '.join(configs)} "
@@ -479,10 +380,6 @@ def format_plan(plan: Plan) -> str:
 # ----------------------------------------------------------------------------- staging
 
 
-def is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
-
-
 def stage_files(files: list[PlannedFile], folder: str) -> dict[str, str]:
     """Lay `files` out under `folder` by their repo path: hard links of local sources (no copy),
     a copy when linking is impossible or the source is remote. Returns repo path -> local path."""
@@ -494,7 +391,7 @@ def stage_files(files: list[PlannedFile], folder: str) -> dict[str, str]:
             os.remove(dest)
         fs, path = fileio.filesystem(f.source)
         try:
-            if not is_local(f.source):
+            if not fileio.is_local(f.source):
                 raise OSError("remote source")
             os.link(path, dest)
         except OSError:  # another device, no hard links, or a remote source: copy instead
@@ -755,10 +652,11 @@ def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool =
             max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
             max_commit_files: int = DEFAULT_MAX_COMMIT_FILES,
             archive_max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES,
-            staging_dir: str | None = None) -> Plan:
-    """Validate `folder`, plan against what `target` already holds, and (unless `dry_run`)
-    upload what is missing and delete what is stale. Returns the plan."""
-    validate_for_publishing(folder)
+            staging_dir: str | None = None, check=None) -> Plan:
+    """Validate `folder` (and check it with `check`, see `validate_for_publishing`), plan
+    against what `target` already holds, and (unless `dry_run`) upload what is missing and
+    delete what is stale. Returns the plan."""
+    validate_for_publishing(folder, check)
     notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work
     owned_staging = staging_dir is None
     staging = tempfile.mkdtemp(prefix="proactivebench-publish-") if owned_staging else staging_dir

@@ -9,12 +9,16 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.pipeline import dataset_card, upstream_export
-from proactivebench_builder.core import fileio
-from proactivebench_builder.pipeline.shards import TEST, UNFILTERED, split_folder
+from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.layout import (
+    BUILD_REPORT, CARD, DEAD_LETTERS, FILTER_REPORT, REPORTS_DIR, TEST, TRAIN, TRAIN_CONFIG,
+    UNFILTERED, relative_to, split_folder, split_glob)
+from proactivebench_builder.pipeline import dataset_card, failures, upstream_export
+from proactivebench_builder.pipeline.partial_rebuild import merge_reports
+from proactivebench_builder.pipeline.train import summarize_train
 
 LOG = logging.getLogger(__name__)
-REPORTS_DIR = "reports"
 
 
 def reason_group(reason: str) -> str:
@@ -22,7 +26,7 @@ def reason_group(reason: str) -> str:
     return reason.split(":", 1)[0].strip()
 
 
-def summarize(values: list[dict], scenarios: list[str]) -> dict:
+def summarize(values: list, scenarios: list[str]) -> dict:
     """Per scenario: raw items seen, rule exclusions, samples, kept, dead letters by reason,
     shards and bytes per split, and whether inputs = samples + dead letters + exclusions."""
     per = {name: {"config": None, "raw_items": 0, "excluded": Counter(), "samples": 0,
@@ -30,26 +34,25 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
                   "rows": Counter(), "dropped": Counter()}
            for name in scenarios}
     for v in values:
-        entry = per.get(v.get("scenario"))
+        entry = per.get(getattr(v, "scenario", None))
         if entry is None:
             continue
-        kind = v["kind"]
-        if kind == "count" and v["what"] == "raw_items":
-            entry["raw_items"] += v["n"]
-        elif kind == "count" and v["what"].startswith("excluded:"):
-            entry["excluded"][v["what"].split(":", 1)[1]] += v["n"]
-        elif kind == "dead_letter":
-            entry["dead_letters"][reason_group(v["reason"])] += 1
-        elif kind == "pool":
-            entry["config"] = v["config"]
-            entry["samples"], entry["kept"] = v["samples"], v["kept"]
-        elif kind == "dropped":  # a sample whose frame changed after it was validated
-            entry["dropped"][v["split"]] += 1
-            entry["dropped"]["kept"] += bool(v["in_test"])
-        elif kind == "shard":
-            entry["shards"][v["split"]] += 1
-            entry["bytes"][v["split"]] += v["bytes"]
-            entry["rows"][v["split"]] += v["rows"]
+        if isinstance(v, results.Count) and v.what == "raw_items":
+            entry["raw_items"] += v.n
+        elif isinstance(v, results.Count) and v.what.startswith("excluded:"):
+            entry["excluded"][v.what.split(":", 1)[1]] += v.n
+        elif isinstance(v, results.DeadLetter):
+            entry["dead_letters"][reason_group(v.reason)] += 1
+        elif isinstance(v, results.PoolReport):
+            entry["config"] = v.config
+            entry["samples"], entry["kept"] = v.samples, v.kept
+        elif isinstance(v, results.Dropped):  # a sample whose frame changed after validation
+            entry["dropped"][v.split] += 1
+            entry["dropped"]["kept"] += bool(v.in_test)
+        elif isinstance(v, results.ShardWritten):
+            entry["shards"][v.split] += 1
+            entry["bytes"][v.split] += v.bytes
+            entry["rows"][v.split] += v.rows
     report = {}
     for name, e in per.items():
         # a sample dropped while its shard was written is a dead letter, not a sample; the test
@@ -73,77 +76,69 @@ def summarize(values: list[dict], scenarios: list[str]) -> dict:
 
 
 class WriteReports(beam.DoFn):
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, config: BuildConfig):
+        self.config = config
 
     def process(self, element):
-        _, values = element
-        values = list(values)
-        p = self.params
-        output = p["output"]
-        scenarios = sorted(p["scenarios"])
+        with failures.recorded(self.config.failures_dir):  # e.g. a full disk
+            yield self.write(list(element[1]))
+
+    def write(self, values: list) -> dict:
+        c = self.config
+        output = c.output
+        scenarios = sorted(c.scenarios)
         report = summarize(values, scenarios)
-        dead = [{k: v[k] for k in ("scenario", "path", "reason", "key")}
-                for v in values if v["kind"] == "dead_letter"]
-        shards = [v for v in values if v["kind"] == "shard"]
-        filters = {v["scenario"]: v["filter"] for v in values if v["kind"] == "pool"}
-        files = [{"path": _relative(s["path"], output), "rows": s["rows"], "bytes": s["bytes"],
-                  "sha256": s["sha256"], "config": s["config"], "split": s["split"]}
-                 for s in shards]
+        dead = [v.as_dict() for v in values if isinstance(v, results.DeadLetter)]
+        shards = [v for v in values if isinstance(v, results.ShardWritten)]
+        filters = {v.scenario: v.filter for v in values if isinstance(v, results.PoolReport)}
+        files = [{"path": relative_to(s.path, output), "rows": s.rows, "bytes": s.bytes,
+                  "sha256": s.sha256, "config": s.config, "split": s.split} for s in shards]
         # the sources let a later build tell whether it makes the same pool (filters/coverage.py)
-        sources = {n: p["sources"][n] for n in scenarios if n in p.get("sources", {})}
-        train = None
-        if p.get("train_sources"):
-            from proactivebench_builder.pipeline.train import summarize_train
-
-            train = summarize_train(values)
-        stamp = p.get("stamp", {})
-        if p.get("update"):  # some scenarios rebuilt into a folder that keeps the others
-            from proactivebench_builder.pipeline.partial_rebuild import merge_reports
-
-            merged = merge_reports(output, p["update"], report, filters, files, dead, sources)
+        sources = {n: c.sources[n] for n in scenarios if n in c.sources}
+        train = summarize_train(values) if c.train_sources else None
+        stamp = c.stamp
+        if c.update:  # some scenarios rebuilt into a folder that keeps the others
+            merged = merge_reports(output, c.update, report, filters, files, dead, sources)
             report, filters, files = merged["report"], merged["filters"], merged["files"]
-            dead, sources, stamp = merged["dead"], merged["sources"], p["update"]["stamp"]
+            dead, sources, stamp = merged["dead"], merged["sources"], c.update["stamp"]
             train = merged["train"] or train
 
         dead = sorted(dead, key=lambda v: (v["scenario"], v["path"], v["reason"], v["key"]))
         dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
-        fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "dead_letters.jsonl"),
-                                  dead_text.encode("utf-8"))
+        fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), dead_text.encode("utf-8"))
 
         lines = defaultdict(dict)
         for v in values:
-            if v["kind"] == "upstream_line":
-                lines[v["config"]][v["id"]] = v["line"]
+            if isinstance(v, results.UpstreamLine):
+                lines[v.config][v.id] = v.line
         for config, by_id in sorted(lines.items()):
             upstream_export.write_jsonl(output, config, by_id)
 
         self._remove_stale_shards(output, shards)
-        fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "filter.json"),
-                                  _json({"settings": p["selection"], "scenarios": filters}))
+        fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT),
+                                  _json({"settings": c.selection.as_dict(), "scenarios": filters}))
         files = sorted(files, key=lambda f: f["path"])
         # "building" until the launcher has checked the build and records "ok" or "failed"
-        # (pipeline.integrity): nothing trusts a folder whose build did not get that far
+        # (core.buildfolder): nothing trusts a folder whose build did not get that far
         build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
-                 "upstream_export": bool(p.get("export_upstream", True)), "status": "building"}
+                 "upstream_export": bool(c.export_upstream), "status": "building"}
         extra_configs = []
         if train is not None:
             build["train"] = train
             if train.get("rows"):
-                extra_configs.append({"config_name": "default", "data_files": [
-                    {"split": "train", "path": "data/train-*.parquet"}]})
-        fileio.write_bytes_atomic(fileio.join(output, REPORTS_DIR, "build.json"), _json(build))
-        card = dataset_card.render(report, filters, dict(p, stamp=stamp), extra_configs, train,
-                                   files)
-        fileio.write_bytes_atomic(fileio.join(output, "README.md"), card.encode("utf-8"))
+                extra_configs.append({"config_name": TRAIN_CONFIG, "data_files": [
+                    {"split": TRAIN, "path": split_glob(TRAIN, TRAIN_CONFIG)}]})
+        fileio.write_bytes_atomic(fileio.join(output, BUILD_REPORT), _json(build))
+        card = dataset_card.render(report, filters, stamp, extra_configs, train, files)
+        fileio.write_bytes_atomic(fileio.join(output, CARD), card.encode("utf-8"))
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
-        yield build
+        return build
 
-    def _remove_stale_shards(self, output: str, shards: list[dict]) -> None:
+    def _remove_stale_shards(self, output: str, shards: list) -> None:
         """A previous build may have written a different number of shards; leftovers would be
         read by `load_dataset`'s glob, so every shard file not written now is removed."""
-        written = {s["path"] for s in shards}
-        folders = {(s["split"], s["config"]) for s in shards}
+        written = {s.path for s in shards}
+        folders = {(s.split, s.config) for s in shards}
         for split, config in folders:
             folder = split_folder(output, split, config)
             for name in fileio.list_names(folder):
@@ -151,10 +146,6 @@ class WriteReports(beam.DoFn):
                 if name.endswith(".parquet") and url not in written:
                     LOG.info("removing stale shard %s", url)
                     fileio.remove(url)
-
-
-def _relative(url: str, output: str) -> str:
-    return url[len(output.rstrip("/")) + 1:] if url.startswith(output.rstrip("/") + "/") else url
 
 
 def _json(obj) -> bytes:

@@ -10,25 +10,19 @@ import tempfile
 import apache_beam as beam
 
 from proactivebench_builder.core import fileio, results
-from proactivebench_builder.pipeline import progress
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.images import BadImage, check_image
+from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
 from proactivebench_builder.core.records import arrow_schema
-from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
+from proactivebench_builder.filters.selection import apply_selection
+from proactivebench_builder.pipeline import failures, progress, upstream_export
+from proactivebench_builder.pipeline.scenarios import scenario_instance
+from proactivebench_builder.pipeline.train import train_shard_rows, write_train_shard
+from proactivebench_builder.pipeline.writers import shard_plan, write_parquet
 
 LOG = logging.getLogger(__name__)
 
-UNFILTERED, TEST, TRAIN = "unfiltered", "test", "train"
-TRAIN_DIR = "data"  # the train split's folder (the card's `default` config)
 TRAIN_POOL = "<train>"  # the pool key of the train split's examples (no scenario is named so)
-
-
-def split_folder(output: str, split: str, config: str) -> str:
-    """Where a split of a config lives: DIR/<config>/ for the test split, DIR/unfiltered/<config>/
-    for the pool before filtering."""
-    if split == TEST:
-        return fileio.join(output, config)
-    if split == TRAIN:
-        return fileio.join(output, TRAIN_DIR)
-    return fileio.join(output, "unfiltered", config)
 
 
 class AssignIdsAndShards(beam.DoFn):
@@ -39,50 +33,44 @@ class AssignIdsAndShards(beam.DoFn):
     depend on the filter. A key seen twice keeps its first copy (in a deterministic order) and
     the others become dead letters."""
 
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, config: BuildConfig):
+        self.config = config
 
     def process(self, element):
-        from proactivebench_builder.filters.selection import apply_selection
-        from proactivebench_builder.pipeline.build import scenario_instance
-
         name, values = element
         if name == TRAIN_POOL:
-            from proactivebench_builder.pipeline.train import train_shard_rows
-
             planned = False
             for value in train_shard_rows(values):
-                if value["kind"] == "shard_row" and not planned:  # each row carries the count
-                    progress.report(self.params.get("progress_dir"), progress.PLANNED, "train",
-                                    value["shard"][3])
+                if isinstance(value, results.ShardRow) and not planned:  # each row has the count
+                    progress.report(self.config.progress_dir, progress.PLANNED, "train",
+                                    value.shard.count)
                     planned = True
                 yield value
             return
-        scenario = scenario_instance(name, self.params)
-        samples = sorted((v for v in values if v["kind"] == "sample"),
-                         key=lambda v: (v["key"], repr(v["row"]["source"])))
-        selection_values = [v for v in values if v["kind"] != "sample"]
+        scenario = scenario_instance(name, self.config)
+        samples = sorted((v for v in values if isinstance(v, results.Sample)),
+                         key=lambda v: (v.key, repr(v.row["source"])))
+        selection_values = [v for v in values if not isinstance(v, results.Sample)]
         rows, seen = [], set()
         for value in samples:
-            if value["key"] in seen:
-                files = value["row"]["source"]["files"]
-                yield results.dead_letter(name, files[0] if files else value["key"],
-                                          "duplicate key", value["key"])
+            if value.key in seen:
+                files = value.row["source"]["files"]
+                yield results.DeadLetter(name, files[0] if files else value.key,
+                                         "duplicate key", value.key)
                 continue
-            seen.add(value["key"])
-            row = value["row"]
-            if not self.params.get("keep_ids"):  # an imported release keeps upstream's ids
+            seen.add(value.key)
+            row = value.row
+            if not self.config.keep_ids:  # an imported release keeps upstream's ids
                 row["id"] = len(rows)
             rows.append(row)
-        if self.params.get("keep_ids"):
+        if self.config.keep_ids:
             rows.sort(key=lambda r: r["id"])
             if len({r["id"] for r in rows}) != len(rows):
                 raise ValueError(f"{name}: the imported release repeats ids")
         kept, report = apply_selection(name, scenario.config_name, rows, selection_values,
-                                       self.params["selection"])
+                                       self.config.selection)
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
-        yield {"kind": "pool", "scenario": name, "config": scenario.config_name,
-               "samples": len(rows), "kept": len(kept), "filter": report}
+        yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report)
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
         # Both splits use one shard plan (salted by the scenario alone), so when the test split
         # keeps the whole pool its shards are the pool's, byte for byte: written once, linked.
@@ -91,17 +79,16 @@ class AssignIdsAndShards(beam.DoFn):
             (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
         for split, split_rows in splits:
             plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, name)
-            progress.report(self.params.get("progress_dir"), progress.PLANNED, name,
+            progress.report(self.config.progress_dir, progress.PLANNED, name,
                             max(1, len(set(plan.values()))))
             for row in split_rows:
                 index, count = plan[row["key"]]
-                yield {"kind": "shard_row", "shard": (split, name, index, count, same),
-                       "row": row}
+                yield results.ShardRow(results.ShardKey(split, name, index, count, same), row)
             if not split_rows:  # an empty split still gets its (empty) shard, as the card lists it
-                yield {"kind": "shard_row", "shard": (split, name, 0, 1, same), "row": None}
+                yield results.ShardRow(results.ShardKey(split, name, 0, 1, same), None)
 
     def finish_bundle(self):
-        progress.flush(self.params.get("progress_dir"))
+        progress.flush(self.config.progress_dir)
 
 
 SPILL_AFTER_BYTES = 16 << 20  # read-ahead frames beyond this go to a temporary file
@@ -166,8 +153,6 @@ def checked_frame(scenario, ref: dict) -> bytes:
     the sha256 recorded then, or (a reference without one) a complete image when decoded as the
     build validates. A source file changed, truncated, replaced by a link or removed since
     raises FrameChanged; the writer drops the row, and it becomes a dead letter."""
-    from proactivebench_builder.core.images import BadImage, check_image
-
     where = ref.get("url", "") + (f":{ref['member']}" if ref.get("member") else "")
     path = scenario.relative(ref["url"]) + (f":{ref['member']}" if ref.get("member") else "") \
         if ref.get("url") else ""
@@ -194,30 +179,28 @@ class WriteShard(beam.DoFn):
     pool it also writes the upstream layout's image files and JSONL lines. Train shards are
     written in the same stage, so both workers share one queue of shards."""
 
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, config: BuildConfig):
+        self.config = config
 
     def process(self, element):
-        (split, name, index, count, copy_to_test), rows = element
-        yield from self.write(split, name, index, count, copy_to_test, rows)
-        progress.report(self.params.get("progress_dir"), progress.WRITTEN, name or "train")
+        key, rows = element
+        shard = results.ShardKey(*key)
+        with failures.recorded(self.config.failures_dir):  # e.g. a full disk
+            yield from self.write(shard, rows)
+        progress.report(self.config.progress_dir, progress.WRITTEN, shard.scenario or "train")
 
     def finish_bundle(self):
-        progress.flush(self.params.get("progress_dir"))
+        progress.flush(self.config.progress_dir)
 
-    def write(self, split, name, index, count, copy_to_test, rows):
-        from proactivebench_builder.pipeline import upstream_export
-        from proactivebench_builder.pipeline.build import scenario_instance
-
+    def write(self, shard: results.ShardKey, rows):
+        split, name, index, count, copy_to_test = shard
         if split == TRAIN:
-            from proactivebench_builder.pipeline.train import write_train_shard
-
-            yield write_train_shard(self.params, index, count, rows)
+            yield write_train_shard(self.config, index, count, rows)
             return
-        scenario = scenario_instance(name, self.params)
+        scenario = scenario_instance(name, self.config)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
-        export = split == UNFILTERED and self.params.get("export_upstream", True)
-        output = self.params["output"]
+        export = split == UNFILTERED and self.config.export_upstream
+        output = self.config.output
 
         prefetched = prefetch(scenario, rows)
         dropped = []
@@ -238,8 +221,8 @@ class WriteShard(beam.DoFn):
                         upstream_export.write_image(output, frame["path"], frame["bytes"])
                 yield dict(row, frames=frames)
 
-        url = fileio.join(split_folder(output, split, scenario.config_name),
-                          shard_name("test", index, count))
+        config = scenario.config_name
+        url = shard_url(output, split, config, index, count)
         try:
             written = write_parquet(url, materialized(), arrow_schema(),
                                     int(scenario.params.get("rows_per_row_group", 64)))
@@ -250,20 +233,16 @@ class WriteShard(beam.DoFn):
         for row, err in dropped:
             LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
             if split == UNFILTERED:  # one dead letter per sample, whichever splits drop it
-                yield results.dead_letter(name, err.path or row["key"], err.reason, row["key"])
-            yield {"kind": "dropped", "scenario": name, "split": split,
-                   "in_test": split == TEST or copy_to_test}
+                yield results.DeadLetter(name, err.path or row["key"], err.reason, row["key"])
+            yield results.Dropped(name, split, split == TEST or copy_to_test)
         dropped_keys = {row["key"] for row, _ in dropped}
         rows = [row for row in rows if row["key"] not in dropped_keys]
-        yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
-                   split=split, path=url)
+        facts = (written["rows"], written["bytes"], written["sha256"])
+        yield results.ShardWritten(name, config, split, url, *facts)
         if copy_to_test:
-            twin = fileio.join(split_folder(output, TEST, scenario.config_name),
-                               shard_name("test", index, count))
+            twin = shard_url(output, TEST, config, index, count)
             fileio.link_or_copy_atomic(url, twin)
-            yield dict(written, kind="shard", scenario=name, config=scenario.config_name,
-                       split=TEST, path=twin)
+            yield results.ShardWritten(name, config, TEST, twin, *facts)
         if export:
             for row in rows:
-                yield {"kind": "upstream_line", "config": scenario.config_name, "id": row["id"],
-                       "line": upstream_export.jsonl_line(row)}
+                yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row))

@@ -2,93 +2,64 @@
 ambiguous frames (an early stroke prefix, a tight crop) with unambiguous ones (the full drawing,
 the wide view), so a model learns when to ask and when to answer.
 
-It shares the stages of the test pool (`pipeline.build`): the train units of scenarios that
+It shares the stages of the test pool (`pipeline.reading`): the train units of scenarios that
 offer a train split (`list_train_units` non-empty) are read, built and written in the same
 stages as the test units (one stage each, so both workers stay busy instead of waiting at the
 end of twice as many stages), each example with one frame reference; the split is written as
 `data/train-*.parquet` (the card's `default` config) with the same deterministic shard writer
-as the test split. Disjointness from the test pool is
-the scenario's job and holds by construction (QuickDraw: the drawings ranked after the test
-picks; COCO: the train2014 annotations).
+as the test split. Disjointness from the test pool is the scenario's job and holds by
+construction (QuickDraw: the drawings ranked after the test picks; COCO: the train2014
+annotations).
 """
 from __future__ import annotations
 
 import logging
 from collections import Counter
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import results
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.layout import TRAIN, TRAIN_CONFIG, shard_url
 from proactivebench_builder.core.records import train_arrow_schema
-from proactivebench_builder.pipeline.shards import TRAIN, split_folder
-from proactivebench_builder.pipeline.writers import shard_name, shard_plan, write_parquet
+from proactivebench_builder.pipeline.scenarios import train_scenario
+from proactivebench_builder.pipeline.writers import shard_plan, write_parquet
 
 LOG = logging.getLogger(__name__)
 TRAIN_ROWS_PER_SHARD = 1000  # ~50 MB of COCO crops; more shards let both workers render
 
 
-def train_scenario(name: str, params: dict):
-    """The scenario object that reads `name`'s train sources."""
-    from proactivebench_builder.pipeline.build import scenario_instance
-
-    return scenario_instance(name, params, params["train_sources"][name])
-
-
-def read_train_unit(name: str, unit, params: dict):
-    """The result values of one train unit, labelled `<scenario>/train`."""
-    from proactivebench_builder.pipeline.build import unit_values
-
-    scenario = train_scenario(name, params)
-    for value in unit_values(scenario, unit, scenario.read_train_unit):
-        yield dict(value, scenario=results.train_label(name))
-
-
-def train_example_values(value: dict, params: dict):
-    """A train candidate as a `train_example` value, or its dead letter."""
-    from proactivebench_builder.pipeline.build import bad_item_letter
-    from proactivebench_builder.core.errors import BadItem
-
-    name = value["scenario"].rsplit("/", 1)[0]
-    scenario = train_scenario(name, params)
-    try:
-        example = scenario.build_train_example(value["key"], value["item"])
-    except BadItem as err:
-        yield bad_item_letter(scenario, value["scenario"], value["key"], err)
-        return
-    yield {"kind": "train_example", "scenario": value["scenario"], "name": name,
-           "key": value["key"], "row": example}
-
-
 def train_shard_rows(examples):
-    """The whole train split's examples, each as a `shard_row` of its train shard (one shard
-    plan over all scenarios' examples, by hash of key)."""
-    examples = sorted(examples, key=lambda v: v["key"])
-    keys = [v["key"] for v in examples]
+    """The whole train split's examples, each as a ShardRow of its train shard (one shard plan
+    over all scenarios' examples, by hash of key)."""
+    examples = sorted(examples, key=lambda v: v.key)
+    keys = [v.key for v in examples]
     if len(set(keys)) != len(keys):
         raise ValueError("train examples repeat keys")
     plan = shard_plan(keys, TRAIN_ROWS_PER_SHARD, "train")
     # the examples each scenario contributed: the reports check raw items against them
-    examples_by_label = Counter(v["scenario"] for v in examples)
-    yield {"kind": "train_pool", "examples": dict(sorted(examples_by_label.items()))}
+    examples_by_label = Counter(v.scenario for v in examples)
+    yield results.TrainPool(dict(sorted(examples_by_label.items())))
     for value in examples:
-        index, count = plan[value["key"]]
-        yield {"kind": "shard_row", "shard": (TRAIN, "", index, count, False), "row": value}
+        index, count = plan[value.key]
+        yield results.ShardRow(results.ShardKey(TRAIN, "", index, count, False), value)
 
 
-def write_train_shard(params: dict, index: int, count: int, values) -> dict:
+def write_train_shard(config: BuildConfig, index: int, count: int,
+                      values) -> results.ShardWritten:
     """Render the frames of one train shard's examples and write it; its shard info."""
-    values = sorted(values, key=lambda v: v["key"])
+    values = sorted(values, key=lambda v: v.key)
 
     def rows():
         for value in values:
-            row = value["row"]
-            data = train_scenario(value["name"], params).load_frame(row["image_ref"])
+            row = value.row
+            data = train_scenario(value.name, config).load_frame(row["image_ref"])
             yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}])
 
-    url = fileio.join(split_folder(params["output"], TRAIN, "default"),
-                      shard_name(TRAIN, index, count))
+    url = shard_url(config.output, TRAIN, TRAIN_CONFIG, index, count)
     written = write_parquet(url, rows(), train_arrow_schema(), 200)
     LOG.info("train: wrote %s (%d rows)", url, written["rows"])
-    return dict(written, kind="shard", scenario=TRAIN, config="default", split=TRAIN,
-                path=url, mix=_mix(v["row"] for v in values))
+    return results.ShardWritten(TRAIN, TRAIN_CONFIG, TRAIN, url, written["rows"],
+                                written["bytes"], written["sha256"],
+                                mix=_mix(v.row for v in values))
 
 
 def _mix(rows) -> dict:
@@ -99,33 +70,33 @@ def _mix(rows) -> dict:
     return mix
 
 
-def summarize_train(values: list[dict]) -> dict:
+def summarize_train(values: list) -> dict:
     """Per scenario: raw items, exclusions, examples and dead letters of the train branch, and
     whether raw items = examples + dead letters + exclusions (as the test branch checks); the
     ambiguous/unambiguous mix, rows, shards and bytes of the written split."""
     report, examples = {}, Counter()
     for v in values:
-        label = v.get("scenario", "")
-        if v["kind"] == "train_pool":
-            examples.update(v["examples"])
+        if isinstance(v, results.TrainPool):
+            examples.update(v.examples)
             continue
-        if v["kind"] == "shard" and v["split"] == TRAIN:
-            for config, mix in v["mix"].items():
+        if isinstance(v, results.ShardWritten) and v.split == TRAIN:
+            for config, mix in v.mix.items():
                 entry = report.setdefault("mix", {}).setdefault(config, Counter())
                 entry.update(mix)
-            report["rows"] = report.get("rows", 0) + v["rows"]
+            report["rows"] = report.get("rows", 0) + v.rows
             report["shards"] = report.get("shards", 0) + 1
-            report["bytes"] = report.get("bytes", 0) + v["bytes"]
+            report["bytes"] = report.get("bytes", 0) + v.bytes
             continue
+        label = getattr(v, "scenario", "")
         if not results.is_train_label(label):
             continue
         entry = report.setdefault("scenarios", {}).setdefault(
             label[: -len("/train")], {"raw_items": 0, "excluded": Counter(), "dead_letters": 0})
-        if v["kind"] == "count" and v["what"] == "raw_items":
-            entry["raw_items"] += v["n"]
-        elif v["kind"] == "count":
-            entry["excluded"][v["what"].split(":", 1)[1]] += v["n"]
-        elif v["kind"] == "dead_letter":
+        if isinstance(v, results.Count) and v.what == "raw_items":
+            entry["raw_items"] += v.n
+        elif isinstance(v, results.Count):
+            entry["excluded"][v.what.split(":", 1)[1]] += v.n
+        elif isinstance(v, results.DeadLetter):
             entry["dead_letters"] += 1
     for name, entry in report.get("scenarios", {}).items():
         entry["examples"] = examples[results.train_label(name)]

@@ -17,18 +17,14 @@ from __future__ import annotations
 import json
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.layout import upstream_dir, upstream_jsonl_name
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 
-UPSTREAM_DIR = "upstream"
 OWN_FIELDS = ("key", "question_type", "frame_ids", "source")
 
 
-def jsonl_name(config: str) -> str:
-    return f"{config}_preprocessed.jsonl"
-
-
 def write_image(output: str, relative_path: str, data: bytes) -> None:
-    fileio.write_bytes_atomic(fileio.join(output, UPSTREAM_DIR, relative_path), data)
+    fileio.write_bytes_atomic(fileio.join(upstream_dir(output), relative_path), data)
 
 
 def record(row: dict) -> dict:
@@ -43,7 +39,7 @@ def jsonl_line(row: dict) -> str:
 
 
 def write_jsonl(output: str, config: str, lines_by_id: dict[int, str]) -> str:
-    url = fileio.join(output, UPSTREAM_DIR, jsonl_name(config))
+    url = fileio.join(upstream_dir(output), upstream_jsonl_name(config))
     text = "".join(lines_by_id[i] + "\n" for i in sorted(lines_by_id))
     fileio.write_bytes_atomic(url, text.encode("utf-8"))
     return url

@@ -22,28 +22,13 @@ BEAM_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker_main"
 NO_STAGING_FOLDER_NOISE = "No semi_persistent_directory found"
 
 
-
-def quiet_instruction_tracebacks():
-    """Beam's SDK worker prints the traceback of a failed instruction to stderr (sdk_worker.py,
-    `_execute`), besides sending it to the build process, which raises it as the pipeline's
-    error: the command then reports it once. Beam pinned below 2.78 has that one print in the
-    module; it is shadowed by one that drops writes to stderr. Returns the undo."""
-    import sys
-
-    from apache_beam.runners.worker import sdk_worker
-
-    def print_but_not_to_stderr(*args, file=None, **kwargs):
-        if file is not sys.stderr:
-            print(*args, file=file, **kwargs)
-
-    sdk_worker.print = print_but_not_to_stderr
-    return lambda: sdk_worker.__dict__.pop("print", None)
-
-
 if __name__ == "__main__":
     silence_known_noise()
     # Beam's worker module runs as __main__, so its own logger is "__main__"
     silence_known_noise(logging.getLogger("__main__"), (NO_STAGING_FOLDER_NOISE,))
     logging.getLogger().addHandler(logging.NullHandler())
-    quiet_instruction_tracebacks()
+    # imported once the noise filter is in place: importing it imports Beam
+    from proactivebench_builder.pipeline import beam_compat
+
+    beam_compat.quiet_instruction_tracebacks()
     runpy.run_module(BEAM_WORKER_MODULE, run_name="__main__", alter_sys=True)

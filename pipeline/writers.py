@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.seeding import stable_hash
 
-SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.parquet"
 _HASH_SPACE = 2 ** 128
 
 
@@ -30,10 +29,6 @@ def shard_plan(keys: list[str], rows_per_shard: int, salt: str) -> dict[str, tup
     used = sorted(set(bucket_of.values()))
     dense = {b: i for i, b in enumerate(used)}
     return {k: (dense[b], len(used)) for k, b in bucket_of.items()}
-
-
-def shard_name(split: str, index: int, count: int) -> str:
-    return SHARD_NAME.format(split=split, index=index, count=count)
 
 
 def _column_options(schema: pa.Schema) -> tuple[dict, list]:

@@ -29,8 +29,9 @@ from proactivebench_builder import transforms
 from proactivebench_builder.runtime import environments as envs
 from proactivebench_builder.runtime import loading, metrics, open_ended
 from proactivebench_builder.runtime.episodes import run_episode
-from proactivebench_builder.runtime.models import (
-    ModelError, ModelSpecError, check_model_spec, load_model)
+from proactivebench_builder.runtime.model_specs import (
+    ModelSpecError, check_model_spec, load_model)
+from proactivebench_builder.runtime.models import ModelError
 from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 

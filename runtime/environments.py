@@ -45,7 +45,6 @@ from PIL import Image
 from proactivebench_builder import transforms
 from proactivebench_builder.core import prompts, vocabulary
 from proactivebench_builder.core.play import MalformedRecord
-from proactivebench_builder.transforms import UnknownConfig  # noqa: F401 (re-exported)
 
 MODES = ("mcqa", "reference", "oeg")
 STOP = "STOP"

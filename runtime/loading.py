@@ -24,27 +24,28 @@ import sys
 from typing import Iterator
 
 from proactivebench_builder import transforms
+from proactivebench_builder.core import buildfolder
+from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
+from proactivebench_builder.core.layout import (
+    BUILD_REPORT, NOT_CONFIGS, TEST, UNFILTERED, UPSTREAM_SUFFIX, split_folder,
+    upstream_jsonl_name)
 from proactivebench_builder.runtime import environments as envs
 
-PARQUET_SPLITS = {"test": "", "unfiltered": "unfiltered"}
-JSONL_SUFFIX = "_preprocessed.jsonl"
-NOT_CONFIGS = {"unfiltered", "data", "reports", "upstream", "default"}  # folders of a build
+PARQUET_SPLITS = (TEST, UNFILTERED)
 
 
 def check_data(data: str) -> None:
     """Refuse, before any work, a `--data` that is not something to evaluate: a local folder
-    must be a successfully finished, intact build (pipeline.integrity: status "ok", every shard
-    as build.json records it) or an upstream-layout folder (whose enclosing build, when it has
+    must be a successfully finished, intact build (core.buildfolder: status "ok", every shard
+    as build.json records it, nothing more) or an upstream-layout folder (whose enclosing build, when it has
     one, must be such a build); a path that does not exist is not taken for a Hub id."""
-    from proactivebench_builder.pipeline import integrity
-
     if os.path.isdir(data):
         parent = os.path.dirname(os.path.abspath(data))
         if is_upstream_layout(data):
-            if not os.path.exists(os.path.join(parent, integrity.REPORT)):
+            if not os.path.exists(os.path.join(parent, BUILD_REPORT)):
                 return  # the released test/ folder, or another upstream-layout copy
             data = parent  # our own DIR/upstream export: its build must be trusted
-        problems = integrity.folder_problems(data)
+        problems = buildfolder.folder_problems(data)
         if problems:
             raise SystemExit(f"--data {data}: " + problems[0] + (
                 f" (and {len(problems) - 1} more problems; run_pipeline.py validate "
@@ -59,15 +60,13 @@ def sample_fingerprint(row: dict) -> str:
     export and its Hub row: the key, id, frame ids and the upstream fields (prompt, options,
     answer, steps...). Frame bytes are left out (Hub rows hold decoded images); they follow from
     the key, the frame ids and the build's seed."""
-    from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
-
     fields = ("key", "frame_ids", *UPSTREAM_COMMON_FIELDS, *UPSTREAM_EXTRA_FIELDS)
     identity = json.dumps({f: row.get(f) for f in fields}, sort_keys=True, default=str)
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
 
 
 def is_upstream_layout(data: str) -> bool:
-    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*" + JSONL_SUFFIX)))
+    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*" + UPSTREAM_SUFFIX)))
 
 
 def configs_in(data: str) -> list[str]:
@@ -76,8 +75,8 @@ def configs_in(data: str) -> list[str]:
     Hub cannot be asked)."""
     if os.path.isdir(data):
         if is_upstream_layout(data):
-            return sorted(os.path.basename(p)[:-len(JSONL_SUFFIX)]
-                          for p in glob.glob(os.path.join(data, "*" + JSONL_SUFFIX)))
+            return sorted(os.path.basename(p)[:-len(UPSTREAM_SUFFIX)]
+                          for p in glob.glob(os.path.join(data, "*" + UPSTREAM_SUFFIX)))
         return sorted(name for name in os.listdir(data) if name not in NOT_CONFIGS
                       and glob.glob(os.path.join(data, name, "*.parquet")))
     try:
@@ -115,7 +114,7 @@ def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
 
 def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
     import pyarrow.parquet as pq
-    folder = os.path.join(data, PARQUET_SPLITS.get(split, split), config)
+    folder = split_folder(data, split, config)
     for path in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
         parquet = pq.ParquetFile(path)
         for group in range(parquet.num_row_groups):
@@ -146,7 +145,7 @@ def attach_frames(record: dict, config: str, data_dir: str) -> dict:
 
 
 def iter_upstream_rows(data_dir: str, config: str) -> Iterator[dict]:
-    path = os.path.join(data_dir, f"{config}_preprocessed.jsonl")
+    path = os.path.join(data_dir, upstream_jsonl_name(config))
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if not line.strip():

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import RUNNER, read_json
-from proactivebench_builder.pipeline.commands import build
+from proactivebench_builder.pipeline.commands import beam_flags, main as build
 from proactivebench_builder.core.cli import CommandParser, canonical
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.runtime import cli as runtime_cli
@@ -141,11 +141,11 @@ def test_a_flag_that_is_only_a_prefix_is_not_guessed(capsys):
 
 
 def test_build_accepts_both_spellings_and_hands_beam_underscores():
-    hyphens = build.parse_build_flags([
+    hyphens = beam_flags.parse_build_flags([
         "--sources-root=/s", "--no-train", "--max-bad-fraction", "0.5", "--final-validation",
         "off", "--direct-num-workers", "2", "--direct-running-mode=multi_processing",
         "--no-upstream-export"])
-    underscores = build.parse_build_flags([
+    underscores = beam_flags.parse_build_flags([
         "--sources_root=/s", "--no_train", "--max_bad_fraction", "0.5", "--final_validation",
         "off", "--direct_num_workers", "2", "--direct_running_mode=multi_processing",
         "--no_upstream_export"])
@@ -232,7 +232,7 @@ def test_help_shows_one_spelling_and_says_both_are_accepted(capsys):
 
 
 def test_real_beam_options_pass_through():
-    argv = build.parse_build_flags([
+    argv = beam_flags.parse_build_flags([
         "--runner=DaskRunner", "--dask_client_address=tcp://127.0.0.1:1", "--temp_location=/t",
         "--project=p", "--region=europe-west1", "--setup_file=./setup.py",
         "--direct_num_workers", "3", "--experiments=use_runner_v2", "--job-name=x"])
@@ -248,14 +248,14 @@ def test_real_beam_options_pass_through():
 
 def test_flags_after_a_lone_double_dash_go_to_beam_unchecked():
     """The way out for a runner service's option that this Beam release does not declare."""
-    assert build.parse_build_flags(["--sources-root=/s", "--", "--some-service-option=1"]) == [
+    assert beam_flags.parse_build_flags(["--sources-root=/s", "--", "--some-service-option=1"]) == [
         "--sources_root=/s", "--some-service-option=1"]
 
 
 def test_every_option_beam_knows_is_accepted(capsys):
     """The check is exactly Beam's list: no flag of any PipelineOptions subclass is called
     unknown (a value this test makes up may still be refused, as Beam would refuse it)."""
-    parser = build.beam_flags_parser(["--runner=DaskRunner"])
+    parser = beam_flags.beam_flags_parser(["--runner=DaskRunner"])
     flags = [f for f in parser._option_string_actions if f.startswith("--")]
     assert {"--runner", "--direct_running_mode", "--temp_location", "--project", "--region",
             "--setup_file", "--dask_client_address", "--sources_root"} <= set(flags)
@@ -383,14 +383,15 @@ def test_unknown_model_as_a_user_runs_it(tmp_path):
 
 
 def test_hf_adapter_names_an_install_that_works():
-    from proactivebench_builder.runtime import models
+    from proactivebench_builder.runtime import model_specs, models
 
     assert "proactivebench-builder[" not in models.TRANSFORMERS_MISSING
     assert 'pip install -e ".[transformers]"' in models.TRANSFORMERS_MISSING
     installed = all(__import__("importlib").util.find_spec(m) for m in ("transformers", "torch"))
     if not installed:
-        with pytest.raises(models.ModelSpecError, match=re.escape(models.TRANSFORMERS_MISSING)):
-            models.load_model("hf:Qwen/Qwen2.5-VL-3B-Instruct")
+        with pytest.raises(model_specs.ModelSpecError,
+                           match=re.escape(models.TRANSFORMERS_MISSING)):
+            model_specs.load_model("hf:Qwen/Qwen2.5-VL-3B-Instruct")
 
 
 def test_debug_shows_the_traceback_of_a_refusal(capsys):
@@ -501,7 +502,7 @@ def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     assert after.strip().splitlines()[-1] == "run_pipeline.py: interrupted", after
     assert len(after.strip().splitlines()) <= 3, after
     # Nothing partial under a final name; no report claims a build: build.json, written as
-    # "building" when the build starts, says it failed and why (pipeline/integrity.py).
+    # "building" when the build starts, says it failed and why (core/buildfolder.py).
     for folder, _, names in os.walk(output):
         for name in names:
             if name.endswith(".parquet") and not name.startswith(".tmp-"):

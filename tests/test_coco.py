@@ -240,7 +240,7 @@ def test_no_crop_when_the_rules_cannot_be_met(source_root):
     coco = Coco(0, os.path.join(source_root, "coco"))
     coco.params["max_start_iou"] = 0.0  # no view has a negative IoU
     item = next(v for u in coco.list_units() for v in coco.read_unit(u)
-                if v["kind"] == "candidate")
+                if v.kind == "candidate")
     with pytest.raises(BadItem, match="image too small for a crop") as err:
         coco.build_sample(item["key"], item["item"])
     assert err.value.path.startswith("val2014/COCO_val2014_")
@@ -366,10 +366,10 @@ def test_choices_depend_only_on_seed_and_key(source_root):
     root = os.path.join(source_root, "coco")
     a, b, c = Coco(0, root), Coco(0, root), Coco(1, root)
     units = a.list_units()
-    items = [v for u in reversed(units) for v in a.read_unit(u) if v["kind"] == "candidate"]
-    built_a = {v["key"]: a.build_sample(v["key"], v["item"]) for v in items}
-    built_b = {v["key"]: b.build_sample(v["key"], v["item"]) for v in reversed(items)}
-    built_c = {v["key"]: c.build_sample(v["key"], v["item"]) for v in items}
+    items = [v for u in reversed(units) for v in a.read_unit(u) if v.kind == "candidate"]
+    built_a = {v.key: a.build_sample(v.key, v.item) for v in items}
+    built_b = {v.key: b.build_sample(v.key, v.item) for v in reversed(items)}
+    built_c = {v.key: c.build_sample(v.key, v.item) for v in items}
     fields = ("prompt", "options", "categories", "direction", "granularity", "crop",
               "horizontal_step", "vertical_step")
     assert all(built_a[k][f] == built_b[k][f] for k in built_a for f in fields)
@@ -395,10 +395,10 @@ def test_train_split_reads_train2014(source_root):
     units = coco.list_units()
     assert all("instances_train2014.json" in u for u in units)
     values = [v for u in units for v in coco.read_unit(u)]
-    candidates = [v for v in values if v["kind"] == "candidate"]
-    assert sorted(v["key"] for v in candidates) == ["coco2014/train2014/000000000009",
+    candidates = [v for v in values if v.kind == "candidate"]
+    assert sorted(v.key for v in candidates) == ["coco2014/train2014/000000000009",
                                                      "coco2014/train2014/000000000025"]
-    assert sum(v["n"] for v in values if v["kind"] == "count" and v["what"] == "raw_items") == 3
+    assert sum(v.n for v in values if v.kind == "count" and v.what == "raw_items") == 3
     row = coco.build_sample(candidates[0]["key"], candidates[0]["item"])
     assert row["image_template"] == "coco2014/train2014/COCO_train2014_000000000009.jpg"
     assert coco.frame_path(row, 0) == row["image_template"]

@@ -15,7 +15,7 @@ import tracemalloc
 import fsspec
 import pytest
 
-from proactivebench_builder.pipeline.build import unit_values
+from proactivebench_builder.pipeline.reading import unit_values
 from proactivebench_builder.core import jsonstream
 from proactivebench_builder.transforms.coco import annotations
 from proactivebench_builder.transforms.coco.annotations import (
@@ -407,7 +407,7 @@ def test_a_broken_file_is_a_dead_letter_of_each_unit(tmp_path):
     units = scenario.list_units()
     for unit in units:
         values = list(unit_values(scenario, unit, scenario.read_unit))
-        letters = [v for v in values if v["kind"] == "dead_letter"]
+        letters = [v for v in values if v.kind == "dead_letter"]
         assert len(letters) == 1
         assert letters[0]["reason"].startswith(
             "unreadable source unit: ValueError: truncated JSON: the file ends at character")

@@ -111,7 +111,7 @@ def test_killed_build_leaves_no_partial_shard_and_rerun_matches(tmp_path):
         with open(path, "rb") as handle:
             assert handle.read() == reference_shards[relative], relative
     # the commit point (the build report) is written only after every shard: until then the
-    # folder's report says only that a build started (pipeline.integrity), and is refused
+    # folder's report says only that a build started (core.buildfolder), and is refused
     with open(os.path.join(output, "reports", "build.json"), encoding="utf-8") as handle:
         assert json.load(handle) == {"status": "building"}
 

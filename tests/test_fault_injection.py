@@ -73,8 +73,8 @@ def candidates(name: str, root: str) -> dict[str, dict]:
     found = {}
     for unit in scenario.list_units():
         for value in scenario.read_unit(unit):
-            if value["kind"] == "candidate":
-                found[value["key"]] = value["item"]
+            if value.kind == "candidate":
+                found[value.key] = value.item
     return found
 
 
@@ -560,7 +560,8 @@ def test_non_utf8_file_name(tmp_path, miniature_root, name):
 def test_max_bad_fraction_fails_the_build_with_a_clear_message(tmp_path, miniature_root,
                                                                 capsys):
     from proactivebench_builder.core.errors import BuildFailed
-    from proactivebench_builder.pipeline.commands.build import main, run_build
+    from proactivebench_builder.pipeline.commands.build import run_build
+    from proactivebench_builder.pipeline.commands.main import main
 
     sources_root, root = copy_source(miniature_root, tmp_path, "quickdraw")
     inject_quickdraw(root)

@@ -19,8 +19,12 @@ import time
 import pytest
 
 from conftest import IN_PROCESS, RUNNER, private_miniature, read_json, read_jsonl, run, shard_files
-from proactivebench_builder.pipeline import integrity
+from proactivebench_builder.core import buildfolder
+from proactivebench_builder.core.errors import BuildFailed
+from proactivebench_builder.core.layout import LOCK
 from proactivebench_builder.pipeline.commands import build as build_command
+from proactivebench_builder.pipeline.commands import main as main_command
+from proactivebench_builder.pipeline.folder_lock import BuildLock
 from proactivebench_builder.pipeline.commands.validate import main as validate_main
 from proactivebench_builder.transforms import load_scenarios
 
@@ -90,7 +94,7 @@ def add_bomb(archive: str, member: str, size: int) -> None:
 
 PEAK_SCRIPT = """
 import resource, sys
-from proactivebench_builder.pipeline.commands.build import main
+from proactivebench_builder.pipeline.commands.main import main
 code = main(sys.argv[1:])
 self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -296,7 +300,7 @@ def test_a_labels_file_named_outright_outside_the_root_is_the_users_own(tmp_path
 
 def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniature_root):
     output = str(tmp_path / "out")
-    with integrity.BuildLock(output):
+    with BuildLock(output):
         done = subprocess.run(
             [sys.executable, "run_pipeline.py", f"--output={output}",
              f"--sources_root={miniature_root}", "--scenarios=quickdraw", RUNNER],
@@ -305,7 +309,7 @@ def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniat
         assert f"pid {os.getpid()}" in done.stderr and "BUILD REFUSED" in done.stderr
         assert not os.path.exists(os.path.join(output, "reports"))  # nothing was touched
     # released on exit; a lock file left by a dead holder is not a lock (flock dies with it)
-    with open(os.path.join(output, integrity.LOCK_NAME), "w") as handle:
+    with open(os.path.join(output, LOCK), "w") as handle:
         json.dump({"pid": 999999999, "host": "gone"}, handle)
     report = run(output, miniature_root, "quickdraw", "--no_train")
     assert report["status"] == "ok"
@@ -404,7 +408,7 @@ def test_a_refused_build_is_marked_and_refused_everywhere(tmp_path, miniature_ro
         with open(os.path.join(folder, "notes.txt"), "w") as handle:  # dead letters
             handle.write("not an image")
     output = str(tmp_path / "out")
-    with pytest.raises(build_command.BuildFailed):
+    with pytest.raises(BuildFailed):
         run(output, root, "imagenet_c", "--max_bad_fraction=0")
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert report["status"] == "failed" and "too many bad inputs" in report["failure"]
@@ -426,16 +430,16 @@ def test_evaluate_refuses_a_folder_that_is_not_an_intact_build(kind, built_copy,
             "missing": str(tmp_path / "nowhere" / "build")}.get(kind, built_copy)
     os.makedirs(str(tmp_path / "empty"), exist_ok=True)
     if kind == "half-written":
-        integrity.mark_building(built_copy)
+        buildfolder.mark_building(built_copy)
     elif kind == "failed":
-        integrity.mark_finished(built_copy, "too many bad inputs (test)")
+        buildfolder.mark_finished(built_copy, "too many bad inputs (test)")
     elif kind == "changed":
         swap_for_a_valid_other_shard(built_copy)
     elif kind == "upstream-of-failed":
         os.makedirs(os.path.join(built_copy, "upstream"))
         with open(os.path.join(built_copy, "upstream", "QuickDraw_preprocessed.jsonl"), "w"):
             pass
-        integrity.mark_finished(built_copy, "too many bad inputs (test)")
+        buildfolder.mark_finished(built_copy, "too many bad inputs (test)")
         data = os.path.join(built_copy, "upstream")
     results = str(tmp_path / "results.jsonl")
     status = runtime_main(["evaluate", "--data", data, "--model", "oracle", "--results", results])
@@ -478,7 +482,7 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
         pool, values = element
         values = list(values)
         if not truncated:
-            rows = sorted((v["row"] for v in values if v.get("kind") == "sample"),
+            rows = sorted((v.row for v in values if v.kind == "sample"),
                           key=lambda r: r["key"])
             for row in rows:
                 refs = [r for r in row["frame_refs"] if r.get("kind") == "file"]
@@ -531,7 +535,7 @@ def test_errors_inside_items_and_units_keep_every_scenario_accounted(tmp_path, m
             counted = 0
             for value in _original(self, unit):
                 yield value
-                if value["kind"] == "count" and value["what"] == "raw_items":
+                if value.kind == "count" and value.what == "raw_items":
                     counted += 1
                 if counted and self.name not in failed_units:
                     failed_units.add(self.name)
@@ -624,7 +628,7 @@ def test_a_full_disk_is_one_clear_line_and_leaves_no_temporary_file(disk, small_
     # the injected fault reaches only DoFns running in this process; a real full disk, the
     # default build's worker processes too
     in_process = [IN_PROCESS] if disk == "injected" else []
-    code = build_command.main([f"--output={output}", f"--sources_root={miniature_root}",
+    code = main_command.main([f"--output={output}", f"--sources_root={miniature_root}",
                                "--scenarios=rod,quickdraw", RUNNER, *in_process])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
@@ -633,7 +637,7 @@ def test_a_full_disk_is_one_clear_line_and_leaves_no_temporary_file(disk, small_
     leftovers = [p for p in glob.glob(os.path.join(output, "**", "*"), recursive=True)
                  if os.path.basename(p).startswith(".tmp-")]
     assert leftovers == []
-    assert integrity.status_problems(output)  # the folder is not taken for a build
+    assert buildfolder.status_problems(output)  # the folder is not taken for a build
 
 
 def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, miniature_root):
@@ -641,7 +645,7 @@ def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, min
     planted = [os.path.join(output, "upstream", "QuickDraw", ".tmp-0123456789ab-1-0-0000.png"),
                os.path.join(output, "QuickDraw", ".tmp-0123456789ab-1-1-test-00000.parquet"),
                os.path.join(output, ".tmp-0123456789ab-1-2-README.md")]
-    integrity.mark_building(output)  # what a build killed part way leaves
+    buildfolder.mark_building(output)  # what a build killed part way leaves
     for path in planted:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
@@ -664,7 +668,7 @@ def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, min
 def test_bad_parameter_values_stop_before_any_work(flag, named, tmp_path, miniature_root, capsys):
     output = str(tmp_path / "out")
     try:
-        code = build_command.main([f"--output={output}", f"--sources_root={miniature_root}",
+        code = main_command.main([f"--output={output}", f"--sources_root={miniature_root}",
                                    "--scenarios=quickdraw,rod,coco", RUNNER, flag])
     except SystemExit as stopped:  # argparse's own one-line error for a flag's value
         code = stopped.code

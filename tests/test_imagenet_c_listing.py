@@ -28,7 +28,7 @@ def test_reading_lists_one_folder_per_class_and_each_corruption_once(tmp_path, m
     units = scenario.list_units()
     values = [v for unit in units for v in scenario.read_unit(unit)]
     assert units == wnids
-    assert sum(1 for v in values if v["kind"] == "candidate") == 4 * 5
+    assert sum(1 for v in values if v.kind == "candidate") == 4 * 5
     present = len(corruptions) - len(EXTRA)
     # the root once; each present corruption's severity-5 folder (to find the classes); then
     # one class folder per unit: never a severity below 5, never a class twice

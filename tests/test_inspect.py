@@ -15,8 +15,9 @@ from PIL import Image
 from conftest import file_bytes, file_text, read_json
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands.inspect import (
-    SHEET_WIDTH, THUMB, coco_box, inspect_folder, main, render_sheet, shown_positions)
-from proactivebench_builder.runtime.environments import coco_crop_box as crop_box
+    SHEET_WIDTH, THUMB, inspect_folder, main, render_sheet, shown_positions)
+from proactivebench_builder.transforms.coco.play import box_after as coco_box
+from proactivebench_builder.transforms.coco.play import crop_box
 
 PER_SCENARIO = 2
 

@@ -210,7 +210,7 @@ def test_rebuild_is_byte_identical(built, sources_root, tmp_path):
 def candidates(scenario: MVPN) -> list[dict]:
     found = []
     for unit in scenario.list_units():
-        found += [v for v in scenario.read_unit(unit) if v["kind"] == "candidate"]
+        found += [v for v in scenario.read_unit(unit) if v.kind == "candidate"]
     return found
 
 
@@ -221,12 +221,12 @@ def choices(row: dict) -> tuple:
 def test_choices_depend_only_on_seed_and_key(source):
     first, second = MVPN(0, source), MVPN(0, source)
     items = candidates(first)
-    forward = {v["key"]: choices(first.build_sample(v["key"], v["item"])) for v in items}
-    backward = {v["key"]: choices(second.build_sample(v["key"], v["item"]))
+    forward = {v.key: choices(first.build_sample(v.key, v.item)) for v in items}
+    backward = {v.key: choices(second.build_sample(v.key, v.item))
                 for v in reversed(items)}
     assert forward == backward
     other = MVPN(1, source)
-    reseeded = {v["key"]: choices(other.build_sample(v["key"], v["item"])) for v in items}
+    reseeded = {v.key: choices(other.build_sample(v.key, v.item)) for v in items}
     assert reseeded != forward
 
 

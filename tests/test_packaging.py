@@ -51,7 +51,7 @@ def loaded_files():
 # exposes installed dependencies, not the source tree (where modules load from is checked below)
 on_path = [p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) != "site-packages"
            and (inside(p, source_tree) or os.path.realpath(p) == os.path.realpath(source_tree))]
-from proactivebench_builder.pipeline.commands import build as cli
+from proactivebench_builder.pipeline.commands import main as cli
 status = cli.main(argv)
 json.dump({"status": status, "prefix": sys.prefix, "source_tree_on_path": on_path,
            "cwd": os.getcwd(), "modules": loaded_files()}, open(report_path, "w"))

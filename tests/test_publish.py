@@ -23,6 +23,7 @@ from huggingface_hub.errors import RepositoryNotFoundError  # noqa: E402
 from huggingface_hub.hf_api import RepoFile, RepoFolder  # noqa: E402
 
 from proactivebench_builder.pipeline import publish  # noqa: E402
+from proactivebench_builder.pipeline.commands import publish as publish_command  # noqa: E402
 from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
 from conftest import file_bytes, file_text, read_json
@@ -44,9 +45,10 @@ def offline_hub(monkeypatch, tmp_path):
 
 @pytest.fixture(autouse=True)
 def own_checks_only(monkeypatch):
-    """Publishing is tested with its own folder checks; the fuller `validate` command has its
-    own tests, and `test_the_validate_command_is_consulted` checks that publishing calls it."""
-    monkeypatch.setattr(publish, "external_validator", lambda: None)
+    """Publishing is tested with the one check of build folders (core.buildfolder); the record
+    contract of every row is the `validate` command's, with its own tests, and
+    `test_the_validate_command_is_consulted` checks that the publish command calls it."""
+    monkeypatch.setattr(publish_command, "record_contract", lambda folder: [])
 
 
 @pytest.fixture
@@ -292,7 +294,7 @@ def test_a_train_split_is_published_when_present(built, tmp_path):
 
 def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys):
     validate_command = pytest.importorskip("proactivebench_builder.pipeline.commands.validate")
-    monkeypatch.undo()  # the real external_validator, which finds validate_command
+    monkeypatch.undo()  # the real record_contract, which calls validate_command
     seen = []
     monkeypatch.setattr(validate_command, "validate_folder",
                         lambda path: seen.append(path) or ["row 3: answer not in categories"])
@@ -306,13 +308,14 @@ def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys)
 @pytest.mark.parametrize("damage, expected", [
     (lambda d: os.remove(os.path.join(d, "reports", "build.json")), "reports/build.json"),
     (lambda d: os.remove(os.path.join(d, "README.md")), "README.md"),
-    (lambda d: open(os.path.join(d, "README.md"), "w").write("# no front matter\n"), "configs"),
+    (lambda d: open(os.path.join(d, "README.md"), "w").write("# no front matter\n"),
+     "front matter"),
     (lambda d: open(os.path.join(d, shard_paths(d)[0]), "wb").write(b"PAR1 truncated"),
-     "does not open as Parquet"),
+     "changed or mixed output"),
     (lambda d: [os.remove(os.path.join(d, p)) for p in shard_paths(d) if p.startswith("Quick")],
-     "no file matches"),
+     "missing (listed in reports/build.json)"),
     (lambda d: pq.write_table(pa.table({"id": [1]}), os.path.join(d, "QuickDraw", "x.parquet")),
-     "names"),
+     "QuickDraw/x.parquet: a Parquet file reports/build.json does not list"),
 ])
 def test_an_incomplete_folder_is_refused(built, tmp_path, capsys, damage, expected):
     damage(built)
@@ -322,11 +325,13 @@ def test_an_incomplete_folder_is_refused(built, tmp_path, capsys, damage, expect
     assert not os.path.exists(tmp_path / "published")
 
 
-def test_missing_columns_and_row_counts_are_caught(built):
+def test_missing_columns_and_row_counts_are_caught(built, tmp_path, monkeypatch, capsys):
+    monkeypatch.undo()  # the record contract too: the publish command runs `validate`'s check
     path = os.path.join(built, shard_paths(built)[0])
     pq.write_table(pq.read_table(path).drop_columns(["prompt"]).slice(0, 1), path)
-    problems = "\n".join(publish.check_built_folder(built))
-    assert "lacks columns ['prompt']" in problems and "reports/build.json says" in problems
+    assert main([built, "--to", str(tmp_path / "published")]) == 2
+    err = capsys.readouterr().err
+    assert "reports/build.json says" in err and "changed or mixed output" in err
 
 
 # ----------------------------------------------------------------------------- Hub target

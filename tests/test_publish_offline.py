@@ -12,6 +12,7 @@ import pytest
 from huggingface_hub import constants
 
 from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline.commands import publish as publish_command
 from proactivebench_builder.pipeline.commands.publish import main
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, connection refused
@@ -27,7 +28,8 @@ def built(built_miniature, tmp_path) -> str:
 
 @pytest.fixture(params=["unreachable endpoint", "offline mode"])
 def no_network(request, monkeypatch, tmp_path):
-    monkeypatch.setattr(publish, "external_validator", lambda: None)  # validate has its own tests
+    # the record contract has its own tests (test_validate.py)
+    monkeypatch.setattr(publish_command, "record_contract", lambda folder: [])
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token-file"))
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     if request.param == "offline mode":

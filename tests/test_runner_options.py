@@ -4,7 +4,7 @@ by its short name with a partition count."""
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-from proactivebench_builder.pipeline.commands import build as cli
+from proactivebench_builder.pipeline import local_runs as cli
 
 
 def configured(argv):

@@ -16,7 +16,8 @@ from PIL import Image
 
 from conftest import file_text, read_jsonl, run
 from proactivebench_builder.runtime import cli, loading, metrics, open_ended
-from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel, load_model
+from proactivebench_builder.runtime.model_specs import load_model
+from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel
 from proactivebench_builder.runtime.predictions_schema import FIELDS, SCHEMA_VERSION
 
 # ---- loopback chat-completions server --------------------------------------------------------

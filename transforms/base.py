@@ -177,13 +177,13 @@ class Scenario:
         return url[len(prefix):] if url.startswith(prefix) else url
 
     def candidate(self, key: str, item: dict) -> dict:
-        return results.candidate(self.name, key, item)
+        return results.Candidate(self.name, key, item)
 
     def dead_letter(self, path: str, reason: str) -> dict:
-        return results.dead_letter(self.name, self.relative(path), reason)
+        return results.DeadLetter(self.name, self.relative(path), reason)
 
     def count(self, what: str, n: int = 1) -> dict:
-        return results.count(self.name, what, n)
+        return results.Count(self.name, what, n)
 
     def validate_file_frame(self, url: str) -> tuple[str, int, int]:
         """Read and cheaply decode a source image; raise BadItem naming the file and the reason.
@@ -262,8 +262,8 @@ class Scenario:
         None when it is inside, or not a local path (object stores have no symlinks)."""
         if not fileio.is_local(url) or not fileio.is_local(self.root):
             return None
-        real = _real_path(url)
-        root = _real_dir(self.root)
+        real = _real_path(fileio.local_path(url))
+        root = _real_dir(fileio.local_path(self.root))
         if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
             return None
         return real

@@ -33,13 +33,15 @@ from PIL import Image, ImageDraw
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.pipeline import plots
+from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
-from proactivebench_builder.pipeline.commands.validate import (
-    TEST, UNFILTERED, declared_behaviour, iter_rows, shard_folders)
+from proactivebench_builder.core.buildfolder import shard_folders
+from proactivebench_builder.core.layout import TEST, UNFILTERED, split_folder
+from proactivebench_builder.pipeline.commands.validate import declared_behaviour, iter_rows
 from proactivebench_builder.core import vocabulary
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
@@ -72,7 +74,7 @@ def split_of(folders: dict, config: str, split: str) -> str | None:
 
 
 def shard_urls(root: str, split: str, config: str, names: list[str]) -> list[str]:
-    base = fileio.join(root, config) if split == TEST else fileio.join(root, UNFILTERED, config)
+    base = split_folder(root, split, config)
     return [fileio.join(base, n) for n in names]
 
 
@@ -389,6 +391,7 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
 PROG = "run_pipeline.py inspect"
 
 
+@subcommand("inspect", HELP)
 def main(argv: list[str]) -> int:
     return run_command(PROG, inspect_command, argv)
 

@@ -14,6 +14,8 @@ import argparse
 import sys
 
 from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline.commands import validate
+from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
@@ -71,8 +73,14 @@ def target_of(args: argparse.Namespace):
     return publish.FsspecTarget(args.to)
 
 
+@subcommand("publish", HELP)
 def main(argv: list[str]) -> int:
     return run_command(PROG, publish_command, argv)
+
+
+def record_contract(folder: str) -> list[str]:
+    """Every row of the folder against the record contract (the `validate` command's check)."""
+    return validate.validate_folder(folder)
 
 
 def publish_command(argv: list[str]) -> int:
@@ -82,7 +90,8 @@ def publish_command(argv: list[str]) -> int:
             args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
             upstream_prefix=args.upstream_prefix.strip("/"), commit_message=args.commit_message,
             max_commit_bytes=args.max_commit_bytes, max_commit_files=args.max_commit_files,
-            archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir)
+            archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir,
+            check=record_contract)
     except publish.PublishError as err:
         print(f"PUBLISH FAILED: {err}", file=sys.stderr)
         return 2

@@ -28,16 +28,16 @@ the card without a test shard is reported: `load_dataset(..., split="test")` wou
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
-import re
 import sys
 from collections import defaultdict
 
 import pyarrow.parquet as pq
-import yaml
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core.layout import (
+    TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
+from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
@@ -48,150 +48,12 @@ from proactivebench_builder.core.play import Behaviour, Play
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 
-TEST, UNFILTERED, TRAIN = "test", "unfiltered", "train"
-TRAIN_DIR, TRAIN_CONFIG = "data", "default"  # DIR/data/train-*.parquet, the card's `default`
-SHARD_RE = re.compile(r"^(test|train)-(\d{5})-of-(\d{5})\.parquet$")
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
 
 
 
 # ---- the folder ---------------------------------------------------------------------------
-
-def shard_folders(root: str) -> dict[tuple[str, str], list[str]]:
-    """(split, config) -> sorted shard file names, for every folder holding Parquet shards:
-    DIR/<config>/ is the test split, DIR/unfiltered/<config>/ the pool."""
-    found = {}
-    for split, base in ((TEST, root), (UNFILTERED, fileio.join(root, UNFILTERED))):
-        for name in fileio.list_names(base):
-            folder = fileio.join(base, name)
-            if (split == TEST and name == TRAIN_DIR) or not fileio.is_dir(folder):
-                continue
-            shards = [n for n in fileio.list_names(folder) if n.endswith(".parquet")]
-            if shards:
-                found[(split, name)] = shards
-    return found
-
-
-def train_shards(root: str) -> list[str]:
-    """Shard names of the train split (DIR/data/train-*.parquet), when the build wrote one."""
-    return [n for n in fileio.list_names(fileio.join(root, TRAIN_DIR)) if n.endswith(".parquet")]
-
-
-def read_json(url: str):
-    return json.loads(fileio.read_bytes(url))
-
-
-def check_build_report(root: str) -> tuple[dict | None, list[str]]:
-    url = fileio.join(root, "reports", "build.json")
-    if not fileio.exists(url):
-        return None, ["reports/build.json: missing (every build writes it last; an absent "
-                      "report means the build did not finish)"]
-    try:
-        report = read_json(url)
-    except ValueError as err:
-        return None, [f"reports/build.json: not valid JSON: {err}"]
-    problems = []
-    for name, entry in sorted(report.get("scenarios", {}).items()):
-        if not entry.get("accounted", False):
-            problems.append(f"reports/build.json: {name}: raw items ({entry.get('raw_items')}) "
-                            "!= samples + dead letters + exclusions")
-    train = report.get("train") or {}
-    for name, entry in sorted(train.get("scenarios", {}).items()):
-        balance = entry.get("examples", 0) + entry.get("dead_letters", 0) + sum(
-            entry.get("excluded", {}).values())
-        if not entry.get("accounted", False) or entry.get("raw_items") != balance:
-            problems.append(f"reports/build.json: train split: {name}: raw items "
-                            f"({entry.get('raw_items')}) != examples + dead letters + exclusions")
-    if train.get("scenarios") and train.get("rows", 0) != train.get("examples"):
-        problems.append(f"reports/build.json: train split: {train.get('rows', 0)} rows written "
-                        f"for {train.get('examples')} examples")
-    return report, problems
-
-
-def check_report_counts(report: dict, rows: dict, folders: dict) -> list[str]:
-    """build.json's per-split rows and shards against what is on disk."""
-    problems = []
-    for name, entry in sorted(report.get("scenarios", {}).items()):
-        config = entry.get("config")
-        if not config:
-            continue
-        for split in (TEST, UNFILTERED):
-            claimed = entry.get("rows", {}).get(split)
-            actual = rows.get((split, config), 0)
-            if claimed is not None and claimed != actual:
-                problems.append(f"reports/build.json: {name}: {claimed} {split} rows reported, "
-                                f"{actual} in the shards")
-            claimed_shards = entry.get("shards", {}).get(split)
-            actual_shards = len(folders.get((split, config), []))
-            if claimed_shards is not None and claimed_shards != actual_shards:
-                problems.append(f"reports/build.json: {name}: {claimed_shards} {split} shards "
-                                f"reported, {actual_shards} on disk")
-    return problems
-
-
-def card_configs(root: str) -> tuple[list[dict] | None, list[str]]:
-    url = fileio.join(root, "README.md")
-    if not fileio.exists(url):
-        return None, ["README.md: missing dataset card"]
-    text = fileio.read_bytes(url).decode("utf-8")
-    if not text.startswith("---\n") or "\n---" not in text[4:]:
-        return None, ["README.md: no YAML front matter (--- ... ---)"]
-    try:
-        meta = yaml.safe_load(text[4:text.index("\n---", 4)]) or {}
-    except yaml.YAMLError as err:
-        return None, [f"README.md: front matter is not YAML: {err}"]
-    configs = meta.get("configs")
-    if not isinstance(configs, list):
-        return None, ["README.md: front matter has no `configs:` list"]
-    return configs, []
-
-
-def check_card(root: str, folders: dict, train: list[str] = ()) -> list[str]:
-    """The card's configs name exactly the config folders (plus `default` for the train
-    split), and each data_files glob matches at least one shard."""
-    configs, problems = card_configs(root)
-    if configs is None:
-        return problems
-    on_disk = {f"{c}/{n}" if s == TEST else f"{UNFILTERED}/{c}/{n}"
-               for (s, c), names in folders.items() for n in names}
-    on_disk |= {f"{TRAIN_DIR}/{n}" for n in train}
-    named = set()
-    for entry in configs:
-        name = entry.get("config_name")
-        named.add(name)
-        for files in entry.get("data_files") or []:
-            pattern = files.get("path", "")
-            if not any(fnmatch.fnmatch(p, pattern) for p in on_disk):
-                problems.append(f"README.md: config {name!r} split {files.get('split')!r}: "
-                                f"no shard matches {pattern!r}")
-    folder_configs = {c for _, c in folders} | ({TRAIN_CONFIG} if train else set())
-    for config in sorted(folder_configs - named):
-        problems.append(f"README.md: config folder {config!r} is not in the card's configs")
-    for config in sorted(n for n in named - folder_configs if n):
-        problems.append(f"README.md: card config {config!r} has no shard folder")
-    return problems
-
-
-def check_shard_names(split: str, config: str, names: list[str]) -> list[str]:
-    where = _folder_label(split, config)
-    prefix = TRAIN if split == TRAIN else TEST
-    parsed = [m if m and m.group(1) == prefix else None for m in map(SHARD_RE.match, names)]
-    problems = [f"{where}/{n}: not a shard name ({prefix}-IIIII-of-NNNNN.parquet)"
-                for n, m in zip(names, parsed) if not m]
-    numbers = sorted((int(m.group(2)), int(m.group(3))) for m in parsed if m)
-    counts = {count for _, count in numbers}
-    if len(counts) > 1:
-        problems.append(f"{where}: shards disagree on the shard count: {sorted(counts)} "
-                        "(a leftover of an earlier build?)")
-    elif counts and [i for i, _ in numbers] != list(range(counts.pop())):
-        problems.append(f"{where}: shard indexes {[i for i, _ in numbers]} are not 0..N-1")
-    return problems
-
-
-def _folder_label(split: str, config: str) -> str:
-    return {TEST: config, TRAIN: TRAIN_DIR}.get(split, f"{UNFILTERED}/{config}")
-
 
 # ---- one shard ----------------------------------------------------------------------------
 
@@ -377,35 +239,38 @@ class FolderValidator:
         self.ids: dict[tuple[str, str], set[int]] = defaultdict(set)
 
     def run(self) -> list[str]:
+        """The folder as the one check of build folders sees it (core.buildfolder: its status,
+        checksums, card and layout), then every row against the record contract."""
         if self.check_status:  # a failed or unfinished build is refused as a whole
-            from proactivebench_builder.pipeline import integrity
-
-            self.problems += integrity.status_problems(self.root)
+            self.problems += buildfolder.status_problems(self.root)
             if self.problems:
                 return self.problems
-            report = integrity.read_report(self.root)
-            self.problems += (integrity.shard_problems(self.root, report)
-                              + integrity.card_problems(self.root, report))
-        report, problems = check_build_report(self.root)
+            report = buildfolder.read_report(self.root)
+            self.problems += (buildfolder.shard_problems(self.root, report)
+                              + buildfolder.card_problems(self.root, report)
+                              + buildfolder.stray_files(self.root, report,
+                                                        buildfolder.shard_folders(self.root),
+                                                        buildfolder.train_shards(self.root)))
+        report, problems = buildfolder.check_build_report(self.root)
         self.problems += problems
-        folders = shard_folders(self.root)
+        folders = buildfolder.shard_folders(self.root)
         if not folders:
             self.problems.append("no Parquet shards found (expected DIR/<config>/test-*.parquet)")
-        train = train_shards(self.root)
-        self.problems += check_card(self.root, folders, train)
+        train = buildfolder.train_shards(self.root)
+        self.problems += buildfolder.check_card(self.root, folders, train)
         for config in sorted({config for _, config in folders}):
             self.problems += [p for p in [unregistered_problem(config)] if p]
         for (split, config), names in sorted(folders.items()):
-            self.problems += check_shard_names(split, config, names)
+            self.problems += buildfolder.check_shard_names(split, config, names)
             for name in names:
                 self.check_shard(split, config, name)
         self.check_test_within_pool(folders)
         if train:
-            self.problems += check_shard_names(TRAIN, TRAIN_CONFIG, train)
+            self.problems += buildfolder.check_shard_names(TRAIN, TRAIN_CONFIG, train)
             for name in train:
                 self.check_train_shard(name)
         if report is not None:
-            self.problems += check_report_counts(report, self.rows, folders)
+            self.problems += buildfolder.check_report_counts(report, self.rows, folders)
             self.problems += self.check_train_counts(report, train)
         return self.problems
 
@@ -448,7 +313,7 @@ class FolderValidator:
         return problems
 
     def check_shard(self, split: str, config: str, name: str) -> None:
-        where = f"{_folder_label(split, config)}/{name}"
+        where = f"{folder_label(split, config)}/{name}"
         url = fileio.join(self.root, *where.split("/"))
         try:
             schema = read_schema(url)
@@ -498,13 +363,14 @@ class FolderValidator:
 
 def validate_folder(path: str, decode_frames: bool = True, check_status: bool = True) -> list[str]:
     """Human-readable problems of a built folder against the record contract ([] when none);
-    with `check_status`, first its build status and every shard's checksum (integrity)."""
+    with `check_status`, first its build status and every shard's checksum (core.buildfolder)."""
     return FolderValidator(path, decode_frames, check_status).run()
 
 
 PROG = "run_pipeline.py validate"
 
 
+@subcommand("validate", HELP)
 def main(argv: list[str]) -> int:
     return run_command(PROG, validate_command, argv)
 

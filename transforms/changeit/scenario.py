@@ -142,7 +142,7 @@ class ChangeIt(Scenario):
             except (BadItem, OSError) as err:  # one annotation file, not the whole category
                 reason = getattr(err, "reason", None) or f"unreadable annotation: {err}"
                 for qt in QUESTION_TYPES:
-                    yield results.dead_letter(self.name, self.relative(path), reason, keys[qt])
+                    yield results.DeadLetter(self.name, self.relative(path), reason, keys[qt])
                 continue
             for qt in QUESTION_TYPES:
                 yield from self._question_item(keys[qt], qt, category, video_id, path,

@@ -81,7 +81,7 @@ def _step_limit(row: dict) -> int:
     return g + 1 if row.get("direction") == ZOOM else g
 
 
-def _box_after(row: dict, steps: int) -> tuple:
+def box_after(row: dict, steps: int) -> tuple:
     """The PIL box after `steps` steps on every moved axis (1 = the first view)."""
     return crop_box(row, (row.get("horizontal_step") or 0) * steps,
                     (row.get("vertical_step") or 0) * steps)
@@ -198,7 +198,7 @@ class CocoCrop(Behaviour):
 
     def sheet_views(self, row):
         """The first view, the last view, and the full image with both boxes drawn."""
-        first, last = _box_after(row, 1), _box_after(row, _step_limit(row))
+        first, last = box_after(row, 1), box_after(row, _step_limit(row))
         return [
             {"box": first, "caption": "first view (crop + 1 step)", "marks": ["FIRST"]},
             {"box": last, "caption": f"last view ({_step_limit(row)} steps)", "marks": ["LAST"]},

@@ -11,7 +11,7 @@ from collections import Counter
 
 from PIL import Image
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.seeding import hash_rank
 from proactivebench_builder.core.vocabulary import format_category
@@ -304,14 +304,14 @@ class Coco(Scenario):
         quota = math.ceil(int(self.params["train_examples"]) / int(self.params["read_shards"]))
         candidates = []
         for value in train.read_unit(unit):
-            if value["kind"] == "candidate":
+            if isinstance(value, results.Candidate):
                 candidates.append(value)
             else:
                 yield value
-        candidates.sort(key=lambda v: hash_rank(self.seed, self.name, "train", v["key"]))
+        candidates.sort(key=lambda v: hash_rank(self.seed, self.name, "train", v.key))
         if len(candidates) > quota:
             yield self.count("excluded:not_sampled", len(candidates) - quota)
-        yield from sorted(candidates[:quota], key=lambda v: v["key"])
+        yield from sorted(candidates[:quota], key=lambda v: v.key)
 
     def build_train_example(self, key: str, item: dict) -> dict:
         """The first (tight, low-IoU) view of a crop plan, where the valid replies are the camera

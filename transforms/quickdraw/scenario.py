@@ -93,20 +93,20 @@ class QuickDraw(Scenario):
         scan = FileScan(self, unit, category, capacity=k + t)
         scan.run()
         for label, start, stop in splits:
-            yield results.count(label, "raw_items", scan.raw_items)
+            yield results.Count(label, "raw_items", scan.raw_items)
             for what, n in sorted(scan.excluded.items()):
-                yield results.count(label, f"excluded:{what}", n)
+                yield results.Count(label, f"excluded:{what}", n)
             for path, reason in scan.bad:
-                yield results.dead_letter(label, self.relative(path), reason)
+                yield results.DeadLetter(label, self.relative(path), reason)
             ranked = scan.ranked()
             picked = ranked[start:stop]
             if start:
-                yield results.count(label, "excluded:in_test_pool", min(start, len(ranked)))
+                yield results.Count(label, "excluded:in_test_pool", min(start, len(ranked)))
             if scan.eligible > min(len(ranked), stop):
-                yield results.count(label, "excluded:not_sampled",
+                yield results.Count(label, "excluded:not_sampled",
                                     scan.eligible - min(len(ranked), stop))
             for key_id, number, strokes in sorted(picked):
-                yield results.candidate(label, f"QuickDraw/{category}/{key_id}",
+                yield results.Candidate(label, f"QuickDraw/{category}/{key_id}",
                                         {"category": category, "key_id": key_id,
                                          "strokes": strokes, "file": self.relative(unit),
                                          "line": number})

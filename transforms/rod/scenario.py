@@ -9,7 +9,7 @@ import posixpath
 import re
 import tarfile
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.vocabulary import format_category
@@ -138,7 +138,7 @@ class ROD(Scenario):
         else:
             entries = self._archive_entries()
         for entry in entries:
-            if entry["kind"] == "dead_letter":  # an archive cut short
+            if isinstance(entry, results.DeadLetter):  # an archive cut short
                 yield self.count("raw_items")
                 yield entry
                 continue

@@ -1,0 +1,211 @@
+"""The build's configuration, made from its command line and checked before any work: which
+scenarios, where each source is, the `--set` overrides, the filter, the reproducibility stamp,
+and whether this build updates part of an existing one (`core.config.BuildConfig`).
+
+Every check here stops the command with one line (a `UsageError` or a `SystemExit` message)
+before anything is read or written."""
+from __future__ import annotations
+
+import logging
+import os
+
+import yaml
+
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.cli import unknown_name
+from proactivebench_builder.core.config import (
+    KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
+from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.manifests import parameter_problem
+from proactivebench_builder.core.vocabulary import VocabularyError
+from proactivebench_builder.filters.coverage import check_before_work
+from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
+from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.pipeline import __version__
+from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
+from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
+from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
+from proactivebench_builder.pipeline.verify_sources import verify_sources
+from proactivebench_builder.transforms import ScenarioPathError, load_scenarios, manifest_of
+
+LOG = logging.getLogger("proactivebench_builder")
+
+
+def absolute(url: str) -> str:
+    return url if "://" in url else os.path.abspath(url)
+
+
+def choose_scenarios(spec: str) -> dict:
+    try:
+        registered = load_scenarios()
+    except (ScenarioPathError, VocabularyError) as err:  # a scenario author's mistake
+        raise SystemExit(f"scenario registry: {err}") from None
+    if spec == "all":
+        return registered
+    chosen = {}
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name not in registered:
+            raise UsageError("--scenarios: " + unknown_name("scenario", name, registered))
+        chosen[name] = registered[name]
+    if not chosen:
+        raise UsageError(f"--scenarios {spec!r} names no scenario (known: "
+                         f"{', '.join(registered)}, or all)")
+    return chosen
+
+
+def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
+    """Each scenario's source root: --source NAME=URL, else --sources_root/<source_subdir>, else
+    the bundled miniature source (written on first use)."""
+    overrides = {}
+    for item in opts.source:
+        name, sep, url = item.partition("=")
+        if not sep:
+            raise UsageError(f"--source expects SCENARIO=URL, got {item!r}")
+        if name not in scenarios:
+            registered = load_scenarios()
+            raise UsageError(
+                f"--source {item!r}: " + (f"{name} is not among the scenarios built "
+                                          f"({', '.join(sorted(scenarios))}; see --scenarios)"
+                                          if name in registered else
+                                          unknown_name("scenario", name, registered)))
+        overrides[name] = absolute(url)
+    root = opts.sources_root
+    missing = [n for n in scenarios if n not in overrides]
+    if root is None and missing:
+        root = ensure_miniature_sources(absolute(DEFAULT_MINIATURE_ROOT),
+                                        {n: scenarios[n] for n in missing})
+    sources = {n: overrides.get(n) or fileio.join(absolute(root), manifest_of(n)["source_subdir"])
+               for n in scenarios}
+    absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
+    if absent:
+        raise SystemExit("source folders not found: " + "; ".join(
+            f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
+            "layout each scenario expects and where to get it)")
+    return sources
+
+
+def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
+    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests."""
+    overrides: dict[str, dict] = {}
+    for item in items:
+        target, sep, value = item.partition("=")
+        name, dot, parameter = target.partition(".")
+        if not sep or not dot or name not in scenarios:
+            raise SystemExit(f"--set expects SCENARIO.PARAMETER=VALUE for a chosen scenario, "
+                             f"got {item!r}")
+        if parameter not in manifest_of(name)["parameters"]:
+            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
+                             f"{scenarios[name].manifest_location()})")
+        parsed = yaml.safe_load(value)
+        problem = parameter_problem(manifest_of(name), parameter, parsed)
+        if problem:
+            raise SystemExit(f"--set {name}.{parameter}: {problem} (see "
+                             f"{scenarios[name].manifest_location()})")
+        overrides.setdefault(name, {})[parameter] = parsed
+    return overrides
+
+
+def selection_settings(opts: BuildOptions) -> Selection:
+    """The filter settings, checked before any work: a bad predictions file or a keep-list on a
+    freshly built pool stops here with a clear message."""
+    if opts.predictions and opts.keep_list:
+        raise SystemExit("--predictions and --keep_list are alternatives; give one")
+    mode = PREDICTIONS if opts.predictions else KEEP_LIST if opts.keep_list else NO_FILTER
+    try:
+        if mode == PREDICTIONS:
+            read_predictions(opts.predictions)
+        if mode == KEEP_LIST:
+            if not opts.import_upstream:
+                raise KeepListError(
+                    "--keep_list names upstream's sample ids, which only an imported upstream "
+                    "release carries (--import_upstream DIR); a pool built from the raw sources "
+                    "has its own ids. Filter a fresh pool with --predictions FILE instead.")
+            load_keep_list(opts.keep_list)
+    except (PredictionsError, KeepListError, OSError, ValueError) as err:
+        raise SystemExit(f"cannot filter: {err}") from None
+    return Selection(mode=mode, predictions=opts.predictions, keep_list=opts.keep_list,
+                     threshold=opts.filter_threshold, min_models=opts.min_models,
+                     allow_partial=opts.allow_partial_predictions)
+
+
+def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
+    """The whole configuration of the build `argv` asks for, checked before any work."""
+    scenarios = choose_scenarios(opts.scenarios)
+    config_to_scenario = {cls.config_name: n for n, cls in load_scenarios().items()}
+    selection = selection_settings(opts)
+    overrides = parameter_overrides(opts.overrides, scenarios)
+    imported = {}
+    train_sources = {}
+    if opts.import_upstream:
+        folder = absolute(opts.import_upstream)
+        configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
+        if not configs:
+            raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
+                             "chosen scenarios there")
+        scenarios = {config_to_scenario[c]: scenarios[config_to_scenario[c]] for c in configs}
+        imported = {"import_upstream": folder, "import_configs": tuple(configs),
+                    "keep_ids": True}
+        sources = {n: folder for n in scenarios}
+        selection = Selection(**{**selection.as_dict(), "origin": fingerprint(folder, configs)})
+    else:
+        sources = resolve_sources(opts, scenarios)
+        if not opts.no_train:
+            train_sources = {n: sources[n] for n, cls in scenarios.items() if cls.has_train_split}
+    stamp = {
+        "code_version": __version__,
+        "command": "run_pipeline.py " + " ".join(argv),
+        "seed": opts.seed,
+        "origin": selection.origin,
+        "parameter_overrides": overrides,
+        "manifests": {n: {"sha256": scenarios[n].manifest_sha256()} for n in sorted(scenarios)},
+        "filter": {"mode": selection.mode, "threshold": selection.threshold,
+                   "min_models": selection.min_models},
+    }
+    config = BuildConfig(
+        seed=opts.seed, output=absolute(opts.output), scenarios=tuple(sorted(scenarios)),
+        sources=sources, config_to_scenario=config_to_scenario, selection=selection,
+        train_sources=train_sources, overrides=overrides,
+        export_upstream=not opts.no_upstream_export, stamp=stamp, **imported)
+    config = with_partial_update(config)
+    if selection.mode == PREDICTIONS:
+        check_predictions_cover_pool(config)
+    return config
+
+
+def with_partial_update(config: BuildConfig) -> BuildConfig:
+    """Some scenarios into a folder holding a build of more: update them, keep the others
+    (pipeline/partial_rebuild.py), or refuse before any work naming the way out."""
+    capable = {n for n, cls in load_scenarios().items() if cls.has_train_split}
+    try:
+        update = plan_update(config, capable)
+    except UpdateRefused as err:
+        raise SystemExit(str(err)) from None
+    if not update:
+        return config
+    LOG.info("updating %s in %s; keeping %s as built", ", ".join(config.scenarios),
+             config.output, ", ".join(update["kept"]))
+    train_sources, overrides = config.train_sources, config.overrides
+    if update["train_sources"]:  # the shared train split is rebuilt whole
+        train_sources = {**train_sources, **update["train_sources"]}
+        overrides = {**update["train_overrides"], **overrides}
+    return config.replace(update=update, train_sources=train_sources, overrides=overrides)
+
+
+def check_predictions_cover_pool(config: BuildConfig) -> None:
+    """Before any work: the predictions cover what the filter will judge (filters/coverage.py)."""
+    problem = check_before_work(read_predictions(config.selection.predictions), config)
+    if problem:
+        raise SystemExit(f"cannot filter: {problem}")
+
+
+def check_sources(config: BuildConfig) -> None:
+    """--verify_sources: the source folders agree with their manifests' pins, before any work."""
+    if config.import_upstream:
+        raise SystemExit("--verify_sources checks raw sources against their manifests; an "
+                         "imported upstream release has no such pins")
+    problems = verify_sources(config.sources)
+    if problems:
+        raise SystemExit("source verification failed (nothing was built):\n  " +
+                         "\n  ".join(problems))
+    LOG.info("sources agree with their manifests' pins")

@@ -1,0 +1,46 @@
+"""An --output the build can write, refused before any work when it cannot be: a file, a folder
+that cannot be created or written, or a folder of files no build wrote (a build writes over
+what it finds, so it must not be let loose on, say, a docs folder)."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.layout import BUILD_REPORT, LOCK, REPORTS_DIR, TEMPORARY_PREFIX
+
+
+def not_a_build(path: str) -> str | None:
+    """The name of an entry that shows the existing folder `path` is not a build's (a build
+    writes over what it finds, so it must not be let loose on, say, a docs folder); None when
+    it is new, empty, or holds a build report or only what a build killed early leaves."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, BUILD_REPORT)):
+        return None
+    leftovers = (LOCK, REPORTS_DIR)  # a build killed before its first report
+    return next((name for name in sorted(os.listdir(path))
+                 if name not in leftovers and not name.startswith(TEMPORARY_PREFIX)), None)
+
+
+def check_output_folder(output: str) -> None:
+    """A local --output that cannot become a folder stops the command before any work (the
+    build would otherwise fail only after it ran). Remote URLs are left to their writers."""
+    if not fileio.is_local(output):
+        return
+    path = os.path.abspath(fileio.local_path(output))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output {output} is an existing file, not a folder")
+    foreign = not_a_build(path)
+    if foreign:
+        raise UsageError(f"--output {output} holds files no build wrote (e.g. {foreign!r}) and "
+                         "no reports/build.json; give a new or empty folder, or one a build wrote")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"--output {output} cannot be created: {existing} is a file")
+    try:  # a real probe: os.access says yes to root on a read-only file system
+        tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
+    except OSError as err:
+        raise UsageError(f"--output {output} cannot be written: {existing}: "
+                         f"{err.strerror or err}") from None

@@ -1,0 +1,183 @@
+"""The first three stages of the graph, shared by the test pools and the train split: list the
+units of raw reading of each (branch, scenario) job, read each unit into result values, and
+build each candidate into a row (or a train example). Errors are values at every stage: a unit
+or an item that fails is a dead letter, never a crash."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import apache_beam as beam
+
+from proactivebench_builder.core import results
+from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.core.layout import TRAIN
+from proactivebench_builder.core.records import check_row
+from proactivebench_builder.pipeline import failures, progress
+from proactivebench_builder.pipeline.scenarios import (
+    branch_scenario, reads_train_with_test, scenario_instance, train_scenario)
+
+LOG = logging.getLogger(__name__)
+
+
+class ListUnits(beam.DoFn):
+    """Names the units of raw reading of one (branch, scenario) job: its test pool or its train
+    split. Both branches share the stages that follow (one queue of work per stage)."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def process(self, job):
+        branch, name = job
+        scenario = branch_scenario(branch, name, self.config)
+        with failures.recorded(self.config.failures_dir):  # an unusable source folder
+            units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
+        LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
+        label = results.train_label(name) if branch == TRAIN else name
+        progress.report(self.config.progress_dir, progress.LISTED, label, len(units))
+        progress.flush(self.config.progress_dir)
+        for unit in units:
+            # A unit named by a non-UTF-8 file name cannot cross a Beam coder: it travels as
+            # its escaped text and becomes a dead letter in ReadUnit.
+            yield branch, name, results.utf8_unit(unit)
+
+
+def unit_values(scenario, unit, read, labels=()):
+    """The result values of reading one unit with `read` (the scenario's `read_unit` or
+    `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
+    becomes one dead letter (under each of `labels`, default the scenario's name: a unit read
+    once for both splits fails in both), never a crash; every value is made safe to cross a coder.
+
+    Counts are summed over the unit and emitted once at its end (also when it fails part way):
+    a scenario counts per raw item, and a real QuickDraw file holds ~150k drawings, so one value
+    per item would put tens of millions of elements through every shuffle after this stage."""
+    name = scenario.name
+    labels = labels or (name,)
+    if isinstance(unit, dict):  # a unit named by a non-UTF-8 file name (results.utf8_unit)
+        for label in labels:
+            yield results.Count(label, "raw_items", 1)
+            yield results.relabelled(scenario.dead_letter(
+                unit["not_utf8"], results.non_utf8_reason(unit["text"])), label)
+        return
+    counts, resolved = Counter(), Counter()
+    try:
+        for value in read(unit):
+            if isinstance(value, results.Count):
+                counts[value.scenario, value.what] += value.n
+                if value.what.startswith("excluded:"):
+                    resolved[value.scenario] += value.n
+            else:
+                resolved[value.scenario] += 1
+                yield results.utf8_safe(value)
+    except Exception as err:  # noqa: BLE001 - errors are values here
+        LOG.warning("%s: unit %s failed: %s", name, unit, err)
+        # Items counted before the failure but not yet resolved (e.g. drawings waiting for
+        # their rank) are lost with the unit: its one dead letter (per label) stands for them
+        # and for the rest of the unit, so raw items = samples + dead letters + exclusions
+        # still holds.
+        for label in labels:
+            unresolved = max(0, counts[label, "raw_items"] - resolved[label])
+            counts[label, "raw_items"] += 1 - unresolved
+            detail = (f" ({unresolved} raw items read before the failure are lost with it)"
+                      if unresolved else "")
+            yield results.utf8_safe(results.relabelled(scenario.dead_letter(
+                unit, f"unreadable source unit: {type(err).__name__}: {err}{detail}"), label))
+    for (label, what), n in sorted(counts.items()):
+        yield results.Count(label, what, n)
+
+
+def bad_item_letter(scenario, label: str, key: str, err: BadItem) -> results.DeadLetter:
+    """The dead letter of a raw item that could not become a sample (or train example): its
+    source path relative to the root when the scenario named one, else its key."""
+    path = scenario.relative(err.path) if err.path else key
+    return results.DeadLetter(label, path, err.reason, key)
+
+
+def read_train_unit(name: str, unit, config: BuildConfig):
+    """The result values of one train unit, labelled `<scenario>/train`."""
+    scenario = train_scenario(name, config)
+    for value in unit_values(scenario, unit, scenario.read_train_unit):
+        yield results.relabelled(value, results.train_label(name))
+
+
+class ReadUnit(beam.DoFn):
+    """Raw reading; a unit that fails as a whole becomes one dead letter, never a crash."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def process(self, element):
+        branch, name, unit = element
+        if branch == TRAIN:
+            yield from read_train_unit(name, unit, self.config)
+            progress.report(self.config.progress_dir, progress.READ, results.train_label(name))
+            return
+        scenario = scenario_instance(name, self.config)
+        if reads_train_with_test(name, self.config):
+            yield from unit_values(scenario, unit, scenario.read_unit_with_train,
+                                   (name, results.train_label(name)))
+        else:
+            yield from unit_values(scenario, unit, scenario.read_unit)
+        progress.report(self.config.progress_dir, progress.READ, name)
+
+    def finish_bundle(self):
+        progress.flush(self.config.progress_dir)
+
+
+def train_example_values(value: results.Candidate, config: BuildConfig):
+    """A train candidate as a TrainExample, or its dead letter."""
+    name = value.scenario.rsplit("/", 1)[0]
+    scenario = train_scenario(name, config)
+    try:
+        example = scenario.build_train_example(value.key, value.item)
+    except BadItem as err:
+        yield bad_item_letter(scenario, value.scenario, value.key, err)
+        return
+    yield results.TrainExample(value.scenario, name, value.key, example)
+
+
+class BuildSample(beam.DoFn):
+    """A candidate built into a row of the record contract (frames still references), or its
+    dead letter; other values pass through."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def process(self, value):
+        if not isinstance(value, results.Candidate):
+            yield value
+            return
+        for built in self.built(value):
+            if isinstance(built, (results.Sample, results.TrainExample)):
+                progress.report(self.config.progress_dir, progress.BUILT, value.scenario)
+            yield built
+
+    def finish_bundle(self):
+        progress.flush(self.config.progress_dir)
+
+    def built(self, value: results.Candidate):
+        if results.is_train_label(value.scenario):
+            yield from train_example_values(value, self.config)
+            return
+        name, key = value.scenario, value.key
+        scenario = scenario_instance(name, self.config)
+        row = None
+        try:
+            row = scenario.build_sample(key, value.item)
+            check_row(row)
+        except BadItem as err:
+            yield bad_item_letter(scenario, name, key, err)
+            return
+        except ValueError as err:
+            yield results.DeadLetter(name, key, f"inconsistent sample: {err}", key)
+            return
+        except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter
+            LOG.warning("%s: %s failed", name, key, exc_info=True)
+            yield results.DeadLetter(name, key, f"unexpected error: {type(err).__name__}: {err}",
+                                     key)
+            return
+        finally:
+            scenario.seal_frame_refs(row)  # the validated bytes' digests, then forgets them
+        yield results.Sample(name, row["key"], row)
+

@@ -1,0 +1,45 @@
+"""Redistributing elements across workers, the same way on every runner."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from proactivebench_builder.core.seeding import stable_hash
+
+SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
+
+
+def _no_element(_) -> bool:
+    return False
+
+
+def _keyed_by_hash(value):
+    return stable_hash(repr(value)) % 4096, value
+
+
+def _ungrouped(keyed):
+    return keyed[1]
+
+
+class Spread(beam.PTransform):
+    """Redistribute elements across workers by a stable hash (a plain GroupByKey, which every
+    runner supports; `beam.Reshuffle` relies on windowing machinery the DaskRunner lacks).
+
+    On the DaskRunner a GroupByKey keeps the partition count of its input, and a Create of a
+    few scenario names is a single partition, so the group would run on one worker. The input
+    is therefore flattened with an empty collection made from a Create of SPREAD_LANES
+    placeholders: it adds no element, but on Dask it brings its partitions (`--dask_npartitions`
+    of them), over which the hash spreads the elements. On other runners it is just empty."""
+
+    def expand(self, pcoll):
+        lanes = (
+            pcoll.pipeline
+            | "Lanes" >> beam.Create(list(range(SPREAD_LANES)))
+            | "NoElements" >> beam.Filter(_no_element)
+        )
+        return (
+            (pcoll, lanes)
+            | "WithLanes" >> beam.Flatten()
+            | "KeyByHash" >> beam.Map(_keyed_by_hash)
+            | "Group" >> beam.GroupByKey()
+            | "Ungroup" >> beam.FlatMap(_ungrouped)
+        )

@@ -6,25 +6,25 @@
   closest valid flag), does not guess abbreviations (argparse would read `--scenario` as
   `--scenarios` but Beam's parser would not), and reports every error in one line.
 - value types with a range (`fraction`, `positive_int`, ...) that argparse reports as one line.
-- `UsageError`: a user's mistake found after parsing (an unknown scenario, an unusable output
-  folder). It is a `SystemExit` with a message, like the `raise SystemExit("...")` found
-  across the build's checks, so it stops the command even where no entry point catches it; the
-  entry points print any such message as one line and exit 2 (`run_command`).
-- `run_command`: the entry points' wrapper: user errors one line and exit 2, Ctrl-C one line
-  and exit 130, `--debug` shows the traceback of either.
+- `run_command`: the entry points' wrapper: a user's mistake (`core.errors.UsageError`, or any
+  `SystemExit` with a message) one line and exit 2, a `core.errors.CommandError` one line and
+  its own exit code, Ctrl-C one line and exit 130; `--debug` shows the traceback of each.
+- `CtrlC`, `launch`: Ctrl-C handling, from the first import on.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import difflib
+import importlib
+import logging
 import os
 import signal
 import sys
 import threading
 import traceback
 
-from proactivebench_builder.core.errors import CommandError, UsageError  # noqa: F401 (UsageError re-exported)
+from proactivebench_builder.core.errors import CommandError
 
 DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
               "shows its traceback)")
@@ -257,8 +257,6 @@ class CtrlC:
         for callback in list(_AT_INTERRUPT):
             callback()
         if self.quiet:
-            import logging
-
             logging.disable(logging.CRITICAL)
             threading.excepthook = lambda args: None
             sys.unraisablehook = lambda unraisable: None
@@ -279,8 +277,6 @@ class CtrlC:
 def launch(prog: str, module: str) -> int:
     """What an entry point runs: import `module` and call its `main()`, with Ctrl-C during the
     import (Beam's takes seconds) the same one line and exit 130 as later."""
-    import importlib
-
     try:
         with CtrlC():
             main = importlib.import_module(module).main
@@ -311,8 +307,6 @@ class _KnownNoise:
 def silence_known_noise(logger=None, prefixes: tuple[str, ...] = (BEAM_APITOOLS_NOISE,)) -> None:
     """Install the filter on `logger` (default: the root logger; once), before Beam is imported.
     A logger's filters see only the records logged on it, not those its children propagate."""
-    import logging
-
     logger = logger or logging.getLogger()
     if not any(isinstance(f, _KnownNoise) for f in logger.filters):
         logger.addFilter(_KnownNoise(prefixes))

@@ -19,13 +19,12 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.core import results
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import KEEP_LIST, PREDICTIONS, BuildConfig, Selection
-from proactivebench_builder.filters import coverage
-from proactivebench_builder.filters.predictions import (PredictionsError, read_predictions,
-                                                        sample_ref)
-from proactivebench_builder.core import fileio
 from proactivebench_builder.core.manifests import load_data_file
+from proactivebench_builder.filters import coverage
+from proactivebench_builder.filters.predictions import (
+    PredictionsError, read_predictions, sample_ref)
 
 RELEASED = "released"
 RELEASED_FILE = "released_keep_list.json"

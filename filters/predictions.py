@@ -22,6 +22,8 @@ import csv
 import io
 import json
 
+import pyarrow.parquet as pq
+
 from proactivebench_builder.core import fileio
 
 SCHEMA_VERSION = 1
@@ -42,8 +44,6 @@ def read_predictions(url: str) -> list[dict]:
     except FileNotFoundError:
         raise PredictionsError(f"predictions file not found: {url}") from None
     if lower.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
         rows = pq.read_table(io.BytesIO(data)).to_pylist()
     elif lower.endswith((".jsonl", ".json")):
         rows = _json_lines(data, url)

@@ -21,6 +21,10 @@ import contextlib
 import sys
 
 import apache_beam
+from apache_beam.options import pipeline_options
+from apache_beam.runners.portability import local_job_service
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.worker import sdk_worker
 
 MADE_FOR = "2.77"  # the Beam release (major.minor) these patches were made for and tested on
 
@@ -51,8 +55,6 @@ def no_timed_flushes() -> None:
     reproduces it). With the limit at 0, streams flush only by size, from the writing thread;
     subprocess workers (multi_processing) already run so. A timed flush only helps streaming
     latency, which a batch build does not need."""
-    from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
     _check("turning off the data plane's timed flush", worker_handlers,
            "DATA_BUFFER_TIME_LIMIT_MS")
     worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
@@ -62,8 +64,6 @@ def no_timed_flushes() -> None:
 def worker_processes(popen_module):
     """While active, Beam's local job service starts its worker processes through
     `popen_module` (which looks like the `subprocess` module)."""
-    from apache_beam.runners.portability import local_job_service
-
     _check("starting local worker processes in their own session", local_job_service,
            "subprocess")
     original = local_job_service.subprocess
@@ -79,8 +79,6 @@ def quiet_instruction_tracebacks():
     `_execute`), besides sending it to the build process, which raises it as the pipeline's
     error: the command then reports it once. The module's `print` is shadowed by one that drops
     writes to stderr. Returns the undo."""
-    from apache_beam.runners.worker import sdk_worker
-
     _check("silencing the SDK worker's traceback print", sdk_worker, "SdkHarness")
     if "print" not in sdk_worker.SdkHarness._execute.__code__.co_names:
         raise BeamChanged("the SDK worker no longer prints failed instructions from "
@@ -96,7 +94,5 @@ def quiet_instruction_tracebacks():
 
 def beam_argument_parser():
     """Beam's argparse subclass (private): the class `PipelineOptions` parses flags with."""
-    from apache_beam.options import pipeline_options
-
     _check("parsing Beam's flags as Beam does", pipeline_options, "_BeamArgumentParser")
     return pipeline_options._BeamArgumentParser

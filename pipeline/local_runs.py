@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions, PipelineOptions, StandardOptions, WorkerOptions)
 
 from proactivebench_builder.core.cli import at_interrupt, canonical
 from proactivebench_builder.pipeline import beam_compat, worker_main
@@ -49,8 +50,6 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
             dask.npartitions = DEFAULT_DASK_PARTITIONS
     runner = standard.runner or "DirectRunner"
     if runner in LOCAL_RUNNERS:
-        from apache_beam.options.pipeline_options import DirectOptions
-
         direct = options.view_as(DirectOptions)
         if not flag_given(argv or [], "direct_num_workers"):
             direct.direct_num_workers = available_cores()
@@ -77,8 +76,6 @@ def quiet_worker_logs(options: PipelineOptions, argv: list[str], show_progress: 
     not know), and while the progress display is drawn, our INFO lines too (the display says
     what they say, and a line written by another process under it would break it). Flags the
     user gives are kept."""
-    from apache_beam.options.pipeline_options import WorkerOptions
-
     harness = options.view_as(WorkerOptions)
     if not flag_given(argv, "sdk_harness_log_level_overrides"):
         harness.sdk_harness_log_level_overrides = {

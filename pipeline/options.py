@@ -34,9 +34,9 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--set", action="append", default=[], dest="overrides",
             metavar="SCENARIO.PARAMETER=VALUE",
-            help="Override one manifest parameter for this build, e.g. "
-                 "--set quickdraw.samples_per_class=2 (YAML value; repeatable; recorded in the "
-                 "card's reproducibility stamp).")
+            help="Override one parameter of a scenario's manifest for this build (a sample "
+                 "count, a shard size; see source_manifests/<scenario>.yaml): a YAML value, "
+                 "repeatable, recorded in the card's reproducibility stamp.")
         parser.add_argument(
             "--seed", type=int, default=0,
             help="Global seed; every random choice derives from (seed, scenario, key).")
@@ -79,8 +79,8 @@ class BuildOptions(PipelineOptions):
                  "%(default)s).")
         parser.add_argument(
             "--no_train", action="store_true",
-            help="Skip the train split (data/train-*.parquet, built from the scenarios that have "
-                 "one: QuickDraw and COCO).")
+            help="Skip the train split (data/train-*.parquet, built from the scenarios that "
+                 "offer one).")
         parser.add_argument(
             "--progress", dest="progress", action="store_true", default=None,
             help="Show the build's progress on stderr (units read, samples built, shards "

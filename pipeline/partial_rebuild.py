@@ -29,6 +29,7 @@ from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, DEAD_LETTERS, FILTER_REPORT, TRAIN, UNFILTERED, UPSTREAM_DIR)
 from proactivebench_builder.transforms import get_scenario
+
 WAY_OUT = ("rebuild every scenario of the folder (leave out --scenarios), or build into another "
            "--output")
 

@@ -26,6 +26,9 @@ import threading
 import time
 from collections import Counter
 
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
 FLUSH_EVERY_S = 1.0
 POLL_EVERY_S = 1.0    # redraw on a terminal
 PLAIN_EVERY_S = 10.0  # a plain block, when stderr is not a terminal (--progress into a file)
@@ -241,7 +244,6 @@ class Display(threading.Thread):
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
             return
-        from tqdm import tqdm
 
         while len(self.bars) < len(lines):
             self.bars.append(tqdm(total=0, position=len(self.bars), bar_format="{desc}",
@@ -262,8 +264,6 @@ class Display(threading.Thread):
     def showing(self):
         """Draw while the body runs; log lines go above the display meanwhile. The folder is
         removed at the end."""
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
         self.start()
         try:
             with logging_redirect_tqdm(loggers=[logging.getLogger("proactivebench_builder"),

@@ -414,8 +414,8 @@ class HubClient:
         self.api = HfApi(token=token)
 
     def call(self, what: str, method: str, *args, **kwargs):
-        from huggingface_hub.errors import (HfHubHTTPError, OfflineModeIsEnabled,
-                                            RepositoryNotFoundError, RevisionNotFoundError)
+        from huggingface_hub.errors import (
+            HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
 
         try:
             return getattr(self.api, method)(*args, **kwargs)

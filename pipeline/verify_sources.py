@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms import manifest_of
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
@@ -54,8 +55,6 @@ def verify_source(name: str, root: str, manifest: dict) -> list[str]:
 
 
 def _packaged(name: str) -> dict:
-    from proactivebench_builder.transforms import manifest_of
-
     return manifest_of(name)
 
 

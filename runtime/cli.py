@@ -22,18 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from proactivebench_builder import transforms
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, closest, non_negative_int, positive_float, positive_int,
     run_command)
-from proactivebench_builder import transforms
-from proactivebench_builder.runtime import environments as envs
-from proactivebench_builder.runtime import loading, metrics, open_ended
+from proactivebench_builder.runtime import environments as envs, loading, metrics, open_ended
 from proactivebench_builder.runtime.episodes import run_episode
-from proactivebench_builder.runtime.model_specs import (
-    ModelSpecError, check_model_spec, load_model)
+from proactivebench_builder.runtime.model_specs import ModelSpecError, check_model_spec, load_model
 from proactivebench_builder.runtime.models import ModelError
 from proactivebench_builder.runtime.predictions_schema import prediction_row
-
 
 PROG = "python -m proactivebench_builder.runtime"
 JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play

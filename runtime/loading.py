@@ -23,12 +23,14 @@ import os
 import sys
 from typing import Iterator
 
+import pyarrow.parquet as pq
+
 from proactivebench_builder import transforms
 from proactivebench_builder.core import buildfolder
-from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, NOT_CONFIGS, TEST, UNFILTERED, UPSTREAM_SUFFIX, split_folder,
     upstream_jsonl_name)
+from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 from proactivebench_builder.runtime import environments as envs
 
 PARQUET_SPLITS = (TEST, UNFILTERED)
@@ -113,7 +115,6 @@ def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
 
 
 def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
-    import pyarrow.parquet as pq
     folder = split_folder(data, split, config)
     for path in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
         parquet = pq.ParquetFile(path)

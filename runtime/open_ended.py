@@ -10,10 +10,10 @@ rest categories.
 """
 from __future__ import annotations
 
+import random
 import re
 
 from proactivebench_builder import transforms
-
 
 SYSTEM_PROMPT = (
     "You are an automatic evaluation system.\n\nYou will receive:\n- A user prompt\n"
@@ -86,7 +86,6 @@ def parse_judge_prediction(valid_answers: str, raw_judge_output: str, config: st
 
 def oeg_subset(rows: list, seed: int = 0, size: int = OEG_SAMPLES) -> list:
     """Upstream's selection: Python's random.seed(seed), shuffle the loaded list, first `size`."""
-    import random
     rows = list(rows)
     random.Random(seed).shuffle(rows)
     return rows[:size]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 
-from proactivebench_builder.runtime.models import Model
 from proactivebench_builder.core import vocabulary
+from proactivebench_builder.runtime.models import Model
 
 UNDISPLAYED_SUGGESTION = "Please show me another view."
 

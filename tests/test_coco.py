@@ -242,7 +242,7 @@ def test_no_crop_when_the_rules_cannot_be_met(source_root):
     item = next(v for u in coco.list_units() for v in coco.read_unit(u)
                 if v.kind == "candidate")
     with pytest.raises(BadItem, match="image too small for a crop") as err:
-        coco.build_sample(item["key"], item["item"])
+        coco.build_sample(item.key, item.item)
     assert err.value.path.startswith("val2014/COCO_val2014_")
 
 
@@ -399,7 +399,7 @@ def test_train_split_reads_train2014(source_root):
     assert sorted(v.key for v in candidates) == ["coco2014/train2014/000000000009",
                                                      "coco2014/train2014/000000000025"]
     assert sum(v.n for v in values if v.kind == "count" and v.what == "raw_items") == 3
-    row = coco.build_sample(candidates[0]["key"], candidates[0]["item"])
+    row = coco.build_sample(candidates[0].key, candidates[0].item)
     assert row["image_template"] == "coco2014/train2014/COCO_train2014_000000000009.jpg"
     assert coco.frame_path(row, 0) == row["image_template"]
     assert Image.open(io.BytesIO(coco.load_frame(row["frame_refs"][0]))).size == (160, 120)

@@ -234,7 +234,7 @@ def test_position_mode_numbers_the_chain_and_keeps_the_flag_last(source):
     scenario = MVPN(0, source)
     scenario.params["frame_ids"] = "position"
     value = candidates(scenario)[0]
-    row = scenario.build_sample(value["key"], value["item"])
+    row = scenario.build_sample(value.key, value.item)
     n = row["num_images"]
     assert row["valid_images"] == row["frame_ids"] == list(range(n))
     assert (row["first_image"], row["reference_image"]) == (0, n - 1)

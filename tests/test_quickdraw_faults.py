@@ -98,13 +98,13 @@ def reference_read(scenario: QuickDraw, path: str, start: int, stop: int):
 
 
 def split_values(values, label):
-    mine = [v for v in values if v["scenario"] == label]
-    picked = sorted(v["item"]["key_id"] for v in mine if v["kind"] == "candidate")
+    mine = [v for v in values if v.scenario == label]
+    picked = sorted(v.item["key_id"] for v in mine if v.kind == "candidate")
     counts = Counter()
     for v in mine:
-        if v["kind"] == "count":
-            counts[v["what"]] += v["n"]
-    dead = [v for v in mine if v["kind"] == "dead_letter"]
+        if v.kind == "count":
+            counts[v.what] += v.n
+    dead = [v for v in mine if v.kind == "dead_letter"]
     return picked, counts, dead
 
 
@@ -158,13 +158,13 @@ def test_the_scan_keeps_what_a_full_parse_of_every_line_keeps(tmp_path, monkeypa
         assert len(picked) == stop - start
         assert picked == want_picked
         assert counts == want_counts
-        assert sorted(d["reason"].split(":")[0] for d in dead) == \
+        assert sorted(d.reason.split(":")[0] for d in dead) == \
             sorted(reason.split(":")[0] for _, reason in want_dead)
         assert_balanced(values, label)
     # one split at a time gives the same values as the two read together
-    assert list(scenario.read_unit(path)) == [v for v in values if v["scenario"] == "quickdraw"]
+    assert list(scenario.read_unit(path)) == [v for v in values if v.scenario == "quickdraw"]
     train_alone = list(scenario.read_train_unit(path))
-    assert train_alone == [v for v in values if v["scenario"] == TRAIN]
+    assert train_alone == [v for v in values if v.scenario == TRAIN]
 
 
 def test_a_broken_drawing_that_would_be_kept_is_a_dead_letter_and_the_next_rank_is_kept(
@@ -183,7 +183,7 @@ def test_a_broken_drawing_that_would_be_kept_is_a_dead_letter_and_the_next_rank_
     for label, start, stop in (("quickdraw", 0, 10), (TRAIN, 10, 60)):
         picked, _, dead = split_values(values, label)
         assert picked == reference_read(scenario, path, start, stop)[0]
-        assert [d["path"] for d in dead] == [f"simplified/cat.ndjson:{index + 1}"]
+        assert [d.path for d in dead] == [f"simplified/cat.ndjson:{index + 1}"]
         assert "x and y lists differ" in dead[0]["reason"]
         assert_balanced(values, label)
     assert best[0] not in split_values(values, "quickdraw")[0]
@@ -201,7 +201,7 @@ def test_one_odd_coordinate_loses_only_its_drawing(tmp_path, value):
     values = list(scenario_at(tmp_path).read_unit_with_train(path))
     for label in ("quickdraw", TRAIN):
         picked, counts, dead = split_values(values, label)
-        assert [d["path"] for d in dead] == ["simplified/cat.ndjson:51"]
+        assert [d.path for d in dead] == ["simplified/cat.ndjson:51"]
         assert counts["raw_items"] == 200 and len(picked) == (10 if label == "quickdraw" else 50)
         assert_balanced(values, label)
 
@@ -220,7 +220,7 @@ def test_a_bom_and_blank_lines_are_no_items(tmp_path):
     # CRLF line ends too
     crlf = write_category(tmp_path, "cat", [line + "\r" for line in lines])
     assert [v for v in scenario_at(tmp_path).read_unit_with_train(crlf)
-            if v["kind"] != "candidate"] == [v for v in clean if v["kind"] != "candidate"]
+            if v.kind != "candidate"] == [v for v in clean if v.kind != "candidate"]
 
 
 def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_path,
@@ -263,7 +263,7 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
     for label in ("quickdraw", TRAIN):
         picked, counts, dead = split_values(values, label)
         assert counts["raw_items"] == read_lines + 1
-        assert [d["path"] for d in dead] == [f"simplified/cat.ndjson:{read_lines + 1}"]
+        assert [d.path for d in dead] == [f"simplified/cat.ndjson:{read_lines + 1}"]
         assert "Input/output error" in dead[0]["reason"]
         assert picked  # what was read before the failure still counts
         assert_balanced(values, label)
@@ -289,12 +289,12 @@ def test_a_category_file_linked_out_of_the_root_is_never_read(tmp_path):
     link = tmp_path / "quickdraw" / "simplified" / "cat.ndjson"
     os.symlink(target, link)
     values = list(scenario_at(tmp_path).read_unit_with_train(str(link)))
-    assert not [v for v in values if v["kind"] == "candidate"]
+    assert not [v for v in values if v.kind == "candidate"]
     for label in ("quickdraw", TRAIN):
         _, counts, dead = split_values(values, label)
         assert counts["raw_items"] == 1 and len(dead) == 1, (label, counts, dead)
-        assert "link outside the sources root" in dead[0]["reason"], dead[0]
-        assert os.path.realpath(target) in dead[0]["reason"], dead[0]
+        assert "link outside the sources root" in dead[0].reason, dead[0]
+        assert os.path.realpath(target) in dead[0].reason, dead[0]
         assert_balanced(values, label)
 
 
@@ -338,7 +338,7 @@ def test_an_overlong_line_is_one_dead_letter_and_the_rest_is_read(tmp_path, monk
     values = list(scenario_at(tmp_path).read_unit_with_train(path))
     for label in ("quickdraw", TRAIN):
         picked, counts, dead = split_values(values, label)
-        assert [(d["path"], d["reason"].split(":")[0]) for d in dead] == \
+        assert [(d.path, d.reason.split(":")[0]) for d in dead] == \
             [("simplified/cat.ndjson:101", "malformed ndjson line")]
         assert counts["raw_items"] == 201
         assert_balanced(values, label)

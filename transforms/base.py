@@ -21,15 +21,13 @@ import random
 import sys
 from typing import ClassVar, Iterable, Iterator
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.images import BadImage, check_image
-from proactivebench_builder.core import manifests
-from proactivebench_builder.core.records import empty_row
-from proactivebench_builder.core.seeding import rng_for
-from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core import fileio, manifests, results, vocabulary
 from proactivebench_builder.core.errors import BadItem, SourceError
+from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.play import Play
 from proactivebench_builder.core.prompts import multi_choice_prompt
+from proactivebench_builder.core.records import empty_row
+from proactivebench_builder.core.seeding import rng_for
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
 

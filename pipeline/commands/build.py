@@ -27,7 +27,8 @@ from proactivebench_builder.filters.selection import selection_inputs
 from proactivebench_builder.pipeline import failures, progress
 from proactivebench_builder.pipeline.allocator import return_freed_buffers
 from proactivebench_builder.pipeline.build import BuildBenchmark
-from proactivebench_builder.pipeline.commands.beam_flags import check_runner_name, parse_build_flags
+from proactivebench_builder.pipeline.commands.beam_flags import (
+    check_runner_name, parse_build_flags)
 from proactivebench_builder.pipeline.commands.configure import build_config, check_sources
 from proactivebench_builder.pipeline.commands.output_folder import check_output_folder
 from proactivebench_builder.pipeline.commands.tables import filter_table, summary_table

@@ -31,18 +31,17 @@ from urllib.parse import quote
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.pipeline import plots
-from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.core import fileio, vocabulary
+from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
-from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
+from proactivebench_builder.core.layout import TEST, UNFILTERED, split_folder
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
-from proactivebench_builder.core.buildfolder import shard_folders
-from proactivebench_builder.core.layout import TEST, UNFILTERED, split_folder
+from proactivebench_builder.pipeline import plots
+from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.validate import declared_behaviour, iter_rows
-from proactivebench_builder.core import vocabulary
+from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
 

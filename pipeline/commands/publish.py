@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proactivebench_builder.pipeline import publish
-from proactivebench_builder.pipeline.commands import validate
-from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
+from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline.commands import subcommand, validate
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 

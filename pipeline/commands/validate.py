@@ -34,17 +34,16 @@ from collections import defaultdict
 
 import pyarrow.parquet as pq
 
-from proactivebench_builder.core import buildfolder, fileio
-from proactivebench_builder.core.layout import (
-    TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
-from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.core import buildfolder, fileio, vocabulary
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
 from proactivebench_builder.core.images import BadImage, check_image
+from proactivebench_builder.core.layout import (
+    TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
+from proactivebench_builder.core.play import Behaviour, Play
 from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
+from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
-from proactivebench_builder.core import vocabulary
-from proactivebench_builder.core.play import Behaviour, Play
 
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 

@@ -64,4 +64,5 @@ missing from its `videos/<category>.csv`; a category unknown to categories.csv o
 no frames and no video; a missing or corrupt frame file; a video that does not open or is shorter
 than its annotation.
 """
-from proactivebench_builder.transforms.changeit.scenario import ChangeIt  # noqa: F401 (registers it)
+from proactivebench_builder.transforms.changeit.scenario import \
+    ChangeIt  # noqa: F401 (registers it)

@@ -8,7 +8,6 @@ import io
 
 from proactivebench_builder.core.errors import BadItem, SourceError
 
-
 ANNOTATION_SUFFIX = ".fps1.csv"
 
 CATEGORIES_HEADER = ["DIR_NAME", "ACTION_NAME", "CENTERING_PARAM"]

@@ -2,10 +2,13 @@
 video, its frames or its video, every second painted with its label's colour."""
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import sys
 import tempfile
+
+import numpy as np
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.transforms.changeit.csvs import ANNOTATION_SUFFIX, LABELS_CSV
@@ -80,8 +83,6 @@ def _write_video_list(root: str, category: str, annotated: list[str], rng: rando
 
 def _painted_frame(label: int, second: int, sub: int = 0):
     """A frame in its label's colour with a white marker whose position encodes the second."""
-    import numpy as np
-
     width, height = MINIATURE_SIZE
     r, g, b = LABEL_COLOURS_RGB[label]
     frame = np.empty((height, width, 3), np.uint8)
@@ -150,8 +151,6 @@ def _fix_matroska_track_uid(path: str, name: str) -> None:
     """FFmpeg's Matroska muxer draws a random TrackUID (written in the track entry and its tag);
     replace it with one derived from the video's name, so the miniature is byte-identical on
     every run (OpenCV's writer offers no bitexact flag)."""
-    import hashlib
-
     with open(path, "rb") as handle:
         data = handle.read()
     at = data.find(b"\x73\xc5\x88")  # TrackUID element, 8-byte payload

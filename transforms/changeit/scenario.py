@@ -13,8 +13,8 @@ from proactivebench_builder.core.vocabulary import format_category
 from proactivebench_builder.transforms.base import Scenario
 from proactivebench_builder.transforms.changeit import miniature
 from proactivebench_builder.transforms.changeit.csvs import (
-    ANNOTATION_SUFFIX, parse_annotation, parse_categories_csv, parse_labels_csv,
-    parse_video_list, read_text, video_id_of)
+    ANNOTATION_SUFFIX, parse_annotation, parse_categories_csv, parse_labels_csv, parse_video_list,
+    read_text, video_id_of)
 from proactivebench_builder.transforms.changeit.play import (
     ACTION, OBJECT, PLAY, REWIND_OPTION, WAIT_OPTIONS)
 from proactivebench_builder.transforms.changeit.video import VideoReader, encode_jpeg

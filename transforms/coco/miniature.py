@@ -7,6 +7,8 @@ import io
 import json
 import random
 
+from PIL import Image, ImageDraw
+
 from proactivebench_builder.core import fileio
 
 
@@ -78,8 +80,6 @@ def rectangle_rle(x: int, y: int, w: int, h: int, width: int, height: int) -> di
 
 def miniature_image(width: int, height: int, mode: str, objects, rng: random.Random) -> bytes:
     """A smooth background with each object drawn as its annotated polygon, JPEG."""
-    from PIL import Image, ImageDraw
-
     base = tuple(rng.randint(60, 200) for _ in range(3))
     image = Image.new("RGB", (width, height), base)
     draw = ImageDraw.Draw(image)

@@ -9,4 +9,5 @@ under the root, seeded by its key. The options are the enhancement that undoes t
 (`quality_answer`, the only valid move upstream), three enhancements for other corruptions, and
 an abstain option, shuffled together. JPEG bytes pass through unchanged.
 """
-from proactivebench_builder.transforms.imagenet_c.scenario import ImageNetC  # noqa: F401 (registers it)
+from proactivebench_builder.transforms.imagenet_c.scenario import \
+    ImageNetC  # noqa: F401 (registers it)

@@ -13,4 +13,5 @@ form for every line, the full JSON parse and stroke validation only for the few 
 enter the kept ranks (`FileScan`; measured on a 92 MB file of real-format lines, one core: the
 scan ~700 MB/s, `orjson.loads` ~300 MB/s, `json.loads` ~67 MB/s).
 """
-from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw  # noqa: F401 (registers it)
+from proactivebench_builder.transforms.quickdraw.scenario import \
+    QuickDraw  # noqa: F401 (registers it)

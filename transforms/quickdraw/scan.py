@@ -10,7 +10,6 @@ from collections import Counter
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem
 
-
 # A line as the real files write it: compact JSON, the fields in this order, ASCII only, the
 # drawing made of integers, commas and brackets. Such a line is checked by this pattern alone
 # unless it can enter the kept ranks; any other line is parsed in full (`QuickDraw._parse_line`).

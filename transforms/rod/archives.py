@@ -6,7 +6,6 @@ import threading
 
 from proactivebench_builder.core import fileio
 
-
 _READERS: dict[tuple[str, str], object] = {}
 
 _SPANS: dict[tuple[str, str], tuple[int, bytes]] = {}

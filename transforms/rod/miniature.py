@@ -3,6 +3,7 @@
 `dataset_info.json`, README.md."""
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import random
@@ -63,8 +64,6 @@ def sweep_frame(index: int, n: int, size, occluder_rgb, rng: random.Random) -> b
 
 def tar_gz(members: list[tuple[str, bytes]]) -> bytes:
     """A deterministic .tar.gz (fixed mtimes and owners) of (member name, bytes) pairs."""
-    import gzip
-
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in members:

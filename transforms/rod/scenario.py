@@ -3,8 +3,8 @@ across the object, read from the archives in one pass (the folder's docstring)."
 from __future__ import annotations
 
 import fnmatch
-import json
 import hashlib
+import json
 import posixpath
 import re
 import tarfile

@@ -184,7 +184,7 @@ def test_a_broken_drawing_that_would_be_kept_is_a_dead_letter_and_the_next_rank_
         picked, _, dead = split_values(values, label)
         assert picked == reference_read(scenario, path, start, stop)[0]
         assert [d.path for d in dead] == [f"simplified/cat.ndjson:{index + 1}"]
-        assert "x and y lists differ" in dead[0]["reason"]
+        assert "x and y lists differ" in dead[0].reason
         assert_balanced(values, label)
     assert best[0] not in split_values(values, "quickdraw")[0]
 
@@ -264,7 +264,7 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
         picked, counts, dead = split_values(values, label)
         assert counts["raw_items"] == read_lines + 1
         assert [d.path for d in dead] == [f"simplified/cat.ndjson:{read_lines + 1}"]
-        assert "Input/output error" in dead[0]["reason"]
+        assert "Input/output error" in dead[0].reason
         assert picked  # what was read before the failure still counts
         assert_balanced(values, label)
 

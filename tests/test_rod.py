@@ -346,7 +346,7 @@ def test_members_read_in_any_order(source):
     scenario = ROD(0, source)
     raw = members(source)
     candidates = [v for v in scenario.read_unit("archives") if v.kind == "candidate"]
-    rows = [scenario.build_sample(c["key"], c["item"]) for c in candidates]
+    rows = [scenario.build_sample(c.key, c.item) for c in candidates]
     refs = [(ref, path) for row in rows
             for ref, path in zip(row["frame_refs"], row["source"]["files"])]
     for ref, path in reversed(refs):              # backwards: readers restart, spans reload

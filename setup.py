@@ -4,7 +4,7 @@ Dataflow's `--setup_file ./setup.py` packages for its workers."""
 from setuptools import setup
 
 NAMESPACE = "proactivebench_builder"
-FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime")
+FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
 
 setup(
     name="proactivebench-builder",
@@ -26,6 +26,7 @@ setup(
         "fsspec>=2024.6",
         "pyyaml>=6",
         "tqdm>=4.66",               # the build's progress display on a terminal
+        "requests>=2.31",           # fetch's downloads (core/download.py); Beam requires it too
     ],
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);

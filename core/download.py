@@ -226,7 +226,7 @@ class Downloader:
 
     def __init__(self, *, mirror: str | None = None, retries: int = 3, retry_wait: float = 2.0,
                  timeout: float = 60.0, rehash: bool = False, remove_archives: bool = False,
-                 on_bytes=None, on_total=None, session_factory=None):
+                 on_bytes=None, on_total=None, on_done=None, session_factory=None):
         self.mirror = mirror
         self.retries = retries
         self.retry_wait = retry_wait
@@ -235,6 +235,7 @@ class Downloader:
         self.remove_archives = remove_archives
         self.on_bytes = on_bytes or (lambda n: None)
         self.on_total = on_total or (lambda n: None)
+        self.on_done = on_done or (lambda outcome: None)  # called as each file finishes
         self._session_factory = session_factory or requests.Session
         self._local = threading.local()
         self._states: dict[str, _FolderState] = {}
@@ -285,6 +286,7 @@ class Downloader:
             where = err.filename or os.path.join(folder, spec.path)
             outcome.status = "failed"
             outcome.message = f"{err.strerror or err} (errno {err.errno}): {where}"
+        self.on_done(outcome)
         return outcome
 
     # ---- one file ------------------------------------------------------------------------

@@ -257,11 +257,13 @@ def run_build(argv: list[str]) -> dict:
     argv = parse_build_flags(argv)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
+    if opts.record and not opts.verify_sources:
+        raise UsageError("--record writes the lock files --verify_sources compares: give both")
     check_runner_name(options.view_as(StandardOptions).runner)
     check_output_folder(opts.output)  # numeric flags are range-checked by their argparse types
     params = build_params(opts, argv)
     if opts.verify_sources:
-        check_sources(params)
+        check_sources(params, record=opts.record)
     runner = configure_runner(options, argv)
     local = runner in LOCAL_RUNNERS
     if local:
@@ -380,17 +382,24 @@ def check_filter_errors(scenarios: dict, output: str) -> None:
                           f"split; the unfiltered pool is written in {output})")
 
 
-def check_sources(params: dict) -> None:
-    from proactivebench_builder.pipeline.verify_sources import verify_sources
+def check_sources(params: dict, record: bool = False) -> None:
+    from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
 
     if params.get("import_upstream"):
         raise SystemExit("--verify_sources checks raw sources against their manifests; an "
                          "imported upstream release has no such pins")
-    problems = verify_sources(params["sources"])
+    if record:
+        problems, written = record_sources(params["sources"])
+    else:
+        problems, written = verify_sources(params["sources"]), []
     if problems:
-        raise SystemExit("source verification failed (nothing was built):\n  " +
+        raise SystemExit("source verification failed (nothing was " +
+                         ("recorded or built" if record else "built") + "):\n  " +
                          "\n  ".join(problems))
-    LOG.info("sources agree with their manifests' pins")
+    for line in written:
+        LOG.info("lock file %s", line)
+    LOG.info("sources agree with their manifests' pins" +
+             (" (lock files recorded)" if record else ""))
 
 
 def summary_table(scenarios: dict) -> str:

@@ -184,7 +184,10 @@ def check_space(jobs: list, root: str) -> None:
             needed += spec.size * (2 if spec.extract else 1)
     if not needed:
         return
-    free = shutil.disk_usage(root).free
+    existing = root
+    while not os.path.exists(existing):  # the root may not exist yet
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
     if needed > free:
         raise UsageError(f"--sources_root {root}: the files to fetch need at least "
                          f"{_size(needed)} (published sizes, archives counted with their "
@@ -255,8 +258,9 @@ def download(jobs: list, owners: list, args) -> list:
                 resumed = (f", resumed at byte {outcome.resumed_from}"
                            if outcome.resumed_from else "")
                 extracted = ", extracted" if outcome.extracted else ""
+                again = f"; the copy in place had {outcome.message}" if outcome.message else ""
                 tqdm.write(f"fetched {name}/{outcome.path} ({_size(outcome.bytes)} received"
-                           f"{resumed}{extracted})", file=sys.stdout)
+                           f"{resumed}{extracted}{again})", file=sys.stdout)
             elif outcome.extracted:
                 tqdm.write(f"extracted {name}/{outcome.path}", file=sys.stdout)
 

@@ -240,6 +240,7 @@ class Downloader:
         self._local = threading.local()
         self._states: dict[str, _FolderState] = {}
         self._states_lock = threading.Lock()
+        self.stopping = threading.Event()
 
     # ---- plumbing ------------------------------------------------------------------------
 
@@ -267,8 +268,17 @@ class Downloader:
         """Fetch every (folder, spec); the outcomes come back in the order of `jobs`."""
         if workers <= 1 or len(jobs) <= 1:
             return [self.fetch(folder, spec) for folder, spec in jobs]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
-            return list(pool.map(lambda job: self.fetch(*job), jobs))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch")
+        try:
+            futures = [pool.submit(self.fetch, folder, spec) for folder, spec in jobs]
+            return [future.result() for future in futures]
+        except BaseException:
+            # Ctrl-C (or a bug): the running downloads stop at their next block, keeping their
+            # partial files for the next run; the queued ones never start.
+            self.stopping.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def fetch(self, folder: str, spec: FileSpec) -> Outcome:
         """Fetch (or skip) one file, then extract it when its spec says so. Never raises for a
@@ -492,6 +502,9 @@ class Downloader:
         try:
             with open(part, mode) as out:
                 for block in response.raw.stream(CHUNK, decode_content=False):
+                    if self.stopping.is_set():
+                        raise FetchError(f"{spec.path}: interrupted after {offset + received} "
+                                         f"bytes (kept, to resume)")
                     if offset + received + len(block) > cap:
                         raise FetchError(f"{spec.path}: the server sent more than "
                                          f"{cap} bytes ({url}); stopped")

@@ -226,8 +226,11 @@ def fetch_command(argv: list[str]) -> int:
         print(f"fetch: run the same command again to retry the {len(failed)} failed file(s); "
               f"finished files are skipped, partial ones resumed", file=sys.stderr)
         return 1
-    print(f"next: python run_pipeline.py --sources_root {root} --verify_sources --record "
-          f"(locks the size and sha256 of every file; later --verify_sources builds check them)")
+    complete = [n for n, p in plans.items() if not p.manual]
+    if complete:
+        print(f"next: python run_pipeline.py --sources_root {root} --scenarios "
+              f"{','.join(complete)} --verify_sources --record (locks the size and sha256 of "
+              f"every file, then builds; later --verify_sources builds check them)")
     return 0
 
 

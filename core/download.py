@@ -307,8 +307,13 @@ class Downloader:
         return dest, part
 
     def _check_destination(self, folder: str, dest: str, spec: FileSpec) -> None:
+        """Refuse a destination reached through a link out of `folder` (judged on the nearest
+        folder that exists, so nothing is created outside first) or that is itself a link."""
         real_folder = os.path.realpath(folder)
-        parent = os.path.realpath(os.path.dirname(dest))
+        parent = os.path.dirname(dest)
+        while not os.path.lexists(parent) and len(parent) > len(folder):
+            parent = os.path.dirname(parent)
+        parent = os.path.realpath(parent)
         if os.path.commonpath([parent, real_folder]) != real_folder:
             raise FetchError(f"{spec.path}: its folder resolves outside {folder} (a link on the "
                              f"way); not written")
@@ -323,8 +328,8 @@ class Downloader:
             if done and done.get("archive_removed") and self._matches_pins(spec, done):
                 outcome.message = "already extracted (archive removed)"
                 return
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
         self._check_destination(folder, dest, spec)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.lexists(dest):
             verdict = self._verify_present(folder, spec, dest, part, state)
             if verdict is None:

@@ -303,6 +303,9 @@ def test_first_fetch_lays_out_every_source_as_the_build_reads_it(
         steps = fetch.manual_text(plans[name], os.path.join(root, plans[name].subdir), root)
         assert steps in out, name
     assert SOURCES_ROOT_PLACEHOLDER not in out
+    # a manual-only source gets no empty folder: the build still names it as missing
+    assert not os.path.exists(os.path.join(root, "vsod"))
+    assert not os.path.exists(os.path.join(root, "mvpn"))
     # ChangeIt's list of annotated videos, from the fetched repository
     listed = os.path.join(root, "changeit", "annotated_videos.txt")
     expected = sorted(f"{p.split('/')[1]} {p.split('/')[2][:-len('.fps1.csv')]}"
@@ -709,3 +712,16 @@ def test_a_size_that_disagrees_with_the_pin_keeps_nothing(tmp_path, server, mirr
         str(tmp_path), FileSpec(url=url, path="rod_0.tar.gz", size=10))
     assert outcome.status == "failed" and "the manifest pins 10" in outcome.message
     assert not os.path.exists(tmp_path / "rod_0.tar.gz")
+
+
+def test_a_folder_linked_out_of_the_source_folder_is_never_written_through(tmp_path, server):
+    folder = tmp_path / "quickdraw"
+    folder.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    os.symlink(outside, folder / "simplified")
+    spec = FileSpec(url="https://storage.googleapis.com/quickdraw_dataset/full/simplified/"
+                        "cat.ndjson", path="simplified/deeper/cat.ndjson")
+    outcome = Downloader(mirror=server.url, retries=0).fetch(str(folder), spec)
+    assert outcome.status == "failed" and "resolves outside" in outcome.message
+    assert list(outside.iterdir()) == [] and server.log == []

@@ -212,8 +212,8 @@ def fetch_command(argv: list[str]) -> int:
     if args.dry_run:
         return dry_run(plans, folders, jobs, owners, root, args.mirror)
     check_space(jobs, root)
-    for folder in sorted(set(folders.values())):
-        os.makedirs(folder, exist_ok=True)
+    for folder in sorted({folder for folder, _ in jobs}):  # not for manual-only sources: the
+        os.makedirs(folder, exist_ok=True)                 # build names a missing folder
     outcomes = download(jobs, owners, args)
     failed = [o for o in outcomes if o.status == "failed"]
     lists = write_lists(plans, folders)

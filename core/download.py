@@ -524,8 +524,11 @@ class Downloader:
                 self.on_total(-(expected - offset - received))
             got = offset + received
             of = f" of {expected}" if expected is not None else ""
-            raise _Transient(f"{spec.path}: connection lost after {got}{of} bytes "
-                             f"({_short(err)})") from None
+            reason = _short(err)
+            why = "" if reason.startswith(("IncompleteRead", "Connection broken")) \
+                else f" ({reason})"  # a cut stream: the byte counts say it all
+            raise _Transient(f"{spec.path}: connection lost after {got}{of} bytes{why}") \
+                from None
         size = offset + received
         if expected is not None and size < expected:
             self.on_total(-(expected - size))

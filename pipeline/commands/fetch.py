@@ -214,6 +214,9 @@ def fetch_command(argv: list[str]) -> int:
     check_space(jobs, root)
     for folder in sorted({folder for folder, _ in jobs}):  # not for manual-only sources: the
         os.makedirs(folder, exist_ok=True)                 # build names a missing folder
+    if jobs:
+        print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
+              + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
     outcomes = download(jobs, owners, args)
     failed = [o for o in outcomes if o.status == "failed"]
     lists = write_lists(plans, folders)
@@ -246,6 +249,10 @@ def download(jobs: list, owners: list, args) -> list:
                dynamic_ncols=True)
     lock = threading.Lock()
 
+    def received(n: int) -> None:  # called from every download thread
+        with lock:
+            bar.update(n)
+
     def grow(n: int) -> None:
         with lock:
             bar.total = max(0, (bar.total or 0) + n)
@@ -255,8 +262,8 @@ def download(jobs: list, owners: list, args) -> list:
         name = owner_of[(outcome.folder, outcome.path)]
         with lock:
             if outcome.status == "failed":
-                tqdm.write(f"{PROG}: FAILED {name}/{outcome.path}: {outcome.message}",
-                           file=sys.stderr)
+                message = outcome.message.removeprefix(f"{outcome.path}: ")
+                tqdm.write(f"{PROG}: FAILED {name}/{outcome.path}: {message}", file=sys.stderr)
             elif outcome.status == "fetched":
                 resumed = (f", resumed at byte {outcome.resumed_from}"
                            if outcome.resumed_from else "")
@@ -270,7 +277,7 @@ def download(jobs: list, owners: list, args) -> list:
     downloader = Downloader(mirror=args.mirror, retries=args.retries,
                             retry_wait=args.retry_wait, timeout=args.timeout,
                             rehash=args.rehash, remove_archives=args.remove_archives,
-                            on_bytes=lambda n: bar.update(n), on_total=grow, on_done=done)
+                            on_bytes=received, on_total=grow, on_done=done)
     try:
         return downloader.fetch_all(jobs, workers=args.jobs)
     finally:

@@ -21,6 +21,7 @@ Schema (every key but `files` optional; see any `source_manifests/<name>.yaml`, 
       manual: |                     # the steps a user takes by hand, printed by fetch and quoted
         ...                         #     in docs/sources.md (a test keeps them equal);
                                     #     <sources_root> stands for the sources root
+      record_only: "why"            # with manual: why what those steps bring has no pins
       manual_list:                  # a list fetch writes for the manual steps, from the files
         glob: annotations/*/*.fps1.csv      # fetched: one line per match of `regex`
         regex: "^annotations/(?P<category>[^/]+)/(?P<id>[^/]+)\\.fps1\\.csv$"
@@ -68,6 +69,7 @@ class SourcePlan:
     files: list[PlannedFile] = field(default_factory=list)
     manual: str | None = None
     manual_list: dict | None = None
+    record_only: str | None = None   # why the manual part has no pins
 
     def manual_steps(self, sources_root: str | None = None) -> str | None:
         """The manual steps, with the sources root filled in when given."""
@@ -87,7 +89,7 @@ def plan(manifest: dict) -> SourcePlan:
     where = f"manifest {name}.yaml: downloads"
     if not isinstance(section, dict):
         raise PlanError(f"{where} is not a mapping")
-    unknown = sorted(set(section) - {"files", "manual", "manual_list"})
+    unknown = sorted(set(section) - {"files", "manual", "manual_list", "record_only"})
     if unknown:
         raise PlanError(f"{where}: unknown key {unknown[0]!r}")
     files = section.get("files") or []
@@ -104,6 +106,11 @@ def plan(manifest: dict) -> SourcePlan:
     if manual is not None and not (isinstance(manual, str) and manual.strip()):
         raise PlanError(f"{where}.manual is not a text")
     result.manual = manual
+    record_only = section.get("record_only")
+    if manual is not None and not (isinstance(record_only, str) and record_only.strip()):
+        raise PlanError(f"{where}: manual steps bring files nobody pins: record_only must say "
+                        f"why")
+    result.record_only = record_only
     if section.get("manual_list") is not None:
         result.manual_list = _check_manual_list(section["manual_list"], f"{where}.manual_list")
     if not result.files and not result.manual:

@@ -574,6 +574,8 @@ def test_every_packaged_download_is_pinned_or_says_why_not():
     for name in ALL:
         source_plan = plan(load_manifest(name))
         assert source_plan.files or source_plan.manual, name
+        if source_plan.manual:
+            assert len(source_plan.record_only) > 20, name
         for planned in source_plan.files:
             spec = planned.spec
             if spec.md5 or spec.sha256:

@@ -33,6 +33,7 @@ setup(
         "fsspec>=2024.6",
         "pyyaml>=6",
         "tqdm>=4.66",               # the build's progress display on a terminal
+        "requests>=2.31",           # fetch's downloads (core/download.py); Beam requires it too
     ],
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);

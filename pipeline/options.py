@@ -66,7 +66,14 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--verify_sources", action="store_true",
             help="Before any work, compare each source folder with its manifest's pinned file "
-                 "counts (expected_files) and sha256 checksums, and stop listing every mismatch.")
+                 "counts (expected_files) and sha256 checksums, the published sizes of its "
+                 "downloads and its lock file (when recorded), and stop listing every mismatch.")
+        parser.add_argument(
+            "--record", action="store_true",
+            help="With --verify_sources: once the pins agree, write each source folder's lock "
+                 "file (<source folder>/.proactivebench-lock.jsonl: relative path, size and "
+                 "sha256 of every file), which later --verify_sources builds compare against; "
+                 "then build.")
         parser.add_argument(
             "--max_bad_fraction", type=fraction, default=0.05,
             help="Fail the build when dead letters exceed this fraction of a scenario's raw "

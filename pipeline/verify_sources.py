@@ -20,12 +20,22 @@ Choices:
 - A pin that is itself malformed (a negative or non-integer count, a checksum that is not 64 hex
   digits) is reported as a manifest problem, so a typo in a manifest cannot pass silently.
 - Hashing streams the file in 1 MiB blocks, so a 2 GB archive costs no memory.
+
+Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
+- the sizes the manifest's `downloads:` section publishes are checked for the files present
+  (an archive removed after its extraction is not a problem);
+- a lock file (`core/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
+  path, size and sha256 of every file) is compared when present: every file missing, added,
+  resized or changed since it was recorded is a mismatch. `record_sources` writes it
+  (`--verify_sources --record`), only for a folder that meets every pin above, and checks the
+  published md5/sha256 of the downloads it hashes on the way.
 """
 from __future__ import annotations
 
 import re
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, source_lock
+from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -42,8 +52,9 @@ def verify_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
     return problems
 
 
-def verify_source(name: str, root: str, manifest: dict) -> list[str]:
-    """The mismatches of one scenario's source folder."""
+def verify_source(name: str, root: str, manifest: dict, compare_lock: bool = True) -> list[str]:
+    """The mismatches of one scenario's source folder (with its lock file's, when it has one
+    and `compare_lock`)."""
     if not fileio.is_dir(root):
         return [f"{name}: source folder not found: {root}"]
     problems = []
@@ -51,7 +62,29 @@ def verify_source(name: str, root: str, manifest: dict) -> list[str]:
         problems.extend(_check_count(name, root, str(pattern), expected))
     for relative, digest in sorted((manifest.get("checksums") or {}).items()):
         problems.extend(_check_checksum(name, root, str(relative), digest))
+    problems.extend(_check_download_sizes(name, root, manifest))
+    if compare_lock and not problems and source_lock.exists(root):
+        problems.extend(f"{name}: {line}" for line in source_lock.compare(root))
     return problems
+
+
+def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = None
+                   ) -> tuple[list[str], list[str]]:
+    """`--verify_sources --record`: check every pin as `verify_sources` does, then write each
+    folder's lock file. Returns (problems, one summary line per lock written); a folder with a
+    problem gets no lock."""
+    problems, written = [], []
+    for name in sorted(sources):
+        manifest = manifests[name] if manifests and name in manifests else _packaged(name)
+        found = verify_source(name, sources[name], manifest, compare_lock=False)
+        if not found:
+            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+            found = [f"{name}: {line}" for line in lines]
+            if not found:
+                written.append(f"{name}: recorded {files} files ({size} bytes) in "
+                               f"{source_lock.lock_path(sources[name])}")
+        problems.extend(found)
+    return problems, written
 
 
 def _packaged(name: str) -> dict:
@@ -92,3 +125,25 @@ def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
     if actual != expected:
         return [f"{name}: sha256 mismatch for {relative!r}: expected {expected}, got {actual}"]
     return []
+
+
+def _check_download_sizes(name: str, root: str, manifest: dict) -> list[str]:
+    """The published sizes of the downloads that are present (fetch may remove an archive
+    once extracted, so an absent one is no problem: the folder's other pins cover it)."""
+    try:
+        pins = pins_by_path(manifest)
+    except PlanError as err:
+        return [f"{name}: manifest problem: {err}"]
+    problems = []
+    fs, base = fileio.filesystem(root)
+    for relative, pin in sorted(pins.items()):
+        if "size" not in pin:
+            continue
+        path = fileio.join(base, relative)
+        if not fs.isfile(path):
+            continue
+        size = fs.size(path)
+        if size != pin["size"]:
+            problems.append(f"{name}: {relative!r} has {size} bytes, its publisher says "
+                            f"{pin['size']} (a partial or different download)")
+    return problems

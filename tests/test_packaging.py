@@ -32,7 +32,7 @@ import pytest
 from conftest import shard_files
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime")
+PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
 DATA_SUFFIXES = (".yaml", ".json")
 
 # Runs inside the new environment: proves where the code comes from, then builds.

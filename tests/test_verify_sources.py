@@ -108,11 +108,12 @@ def test_packaged_manifests_pin_well_formed_values():
 
 def test_packaged_manifests_against_miniatures(miniature_root):
     """The miniatures are small copies, so the packaged pins of the real downloads report them
-    (ROD pins only its two archives, which the miniature has too)."""
+    (ROD's file count holds, but not the archive sizes its dataset_info.json publishes)."""
     sources = {n: os.path.join(miniature_root, manifest_of(n)["source_subdir"])
                for n in load_scenarios()}
     problems = verify_sources(sources)
-    assert not [p for p in problems if p.startswith("rod:")], problems
+    rod = [p for p in problems if p.startswith("rod:")]
+    assert rod and all("its publisher says" in p for p in rod), problems
     assert "coco: expected 40504 files matching 'val2014/COCO_val2014_*.jpg', found 13" \
            in "\n".join(problems)
     assert not [p for p in problems if "manifest problem" in p], problems

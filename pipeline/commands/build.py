@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
-from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError
+from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError, UsageError
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
@@ -84,11 +84,13 @@ def run_build(argv: list[str]) -> dict:
     argv = parse_build_flags(argv)
     options = PipelineOptions(argv)
     opts = options.view_as(BuildOptions)
+    if opts.record and not opts.verify_sources:
+        raise UsageError("--record writes the lock files --verify_sources compares: give both")
     check_runner_name(options.view_as(StandardOptions).runner)
     check_output_folder(opts.output)  # numeric flags are range-checked by their argparse types
     config = build_config(opts, argv)
     if opts.verify_sources:
-        check_sources(config)
+        check_sources(config, record=opts.record)
     runner = configure_runner(options, argv)
     local = runner in LOCAL_RUNNERS
     if local:

@@ -26,7 +26,7 @@ from proactivebench_builder.pipeline.import_upstream import fingerprint, present
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
-from proactivebench_builder.pipeline.verify_sources import verify_sources
+from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
 from proactivebench_builder.transforms import ScenarioPathError, load_scenarios, manifest_of
 
 LOG = logging.getLogger("proactivebench_builder")
@@ -199,13 +199,21 @@ def check_predictions_cover_pool(config: BuildConfig) -> None:
         raise SystemExit(f"cannot filter: {problem}")
 
 
-def check_sources(config: BuildConfig) -> None:
-    """--verify_sources: the source folders agree with their manifests' pins, before any work."""
+def check_sources(config: BuildConfig, record: bool = False) -> None:
+    """--verify_sources: the source folders agree with their manifests' pins (and with their lock
+    files), before any work; with --record, their lock files are written once they do."""
     if config.import_upstream:
         raise SystemExit("--verify_sources checks raw sources against their manifests; an "
                          "imported upstream release has no such pins")
-    problems = verify_sources(config.sources)
+    if record:
+        problems, written = record_sources(config.sources)
+    else:
+        problems, written = verify_sources(config.sources), []
     if problems:
-        raise SystemExit("source verification failed (nothing was built):\n  " +
+        raise SystemExit("source verification failed (nothing was " +
+                         ("recorded or built" if record else "built") + "):\n  " +
                          "\n  ".join(problems))
-    LOG.info("sources agree with their manifests' pins")
+    for line in written:
+        LOG.info("lock file %s", line)
+    LOG.info("sources agree with their manifests' pins" +
+             (" (lock files recorded)" if record else ""))

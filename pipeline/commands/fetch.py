@@ -1,0 +1,350 @@
+"""`run_pipeline.py fetch --sources_root DIR [--scenarios a,b] [--mirror URL] ...`
+
+Downloads every source that has a public direct URL into DIR/<source_subdir>, in the layout the
+build reads (each manifest's `downloads:` section says what, from where, with which published
+size and digests; `pipeline/fetch_plan.py` describes it), and prints the exact steps for what
+cannot be fetched (Google Drive archives, YouTube videos). The work is done by
+`core/download.py`: parallel (`--jobs`), resumable (an interrupted file continues with an HTTP
+Range request, in this run's retries or the next run), verified (size and digests where known,
+else what the server declares), idempotent (a verified file is skipped), with a progress bar
+on a terminal. Archives the build reads unpacked are extracted safely (`core/extract.py`).
+
+Each failed file is one line on stderr; the others go on. Exit status: 0 when every file is in
+place and verified, 1 when any failed (run again: finished files are skipped and partial ones
+resumed), 2 for a mistake refused before any work (a misspelled flag, an unknown scenario, a
+sources root that is not a usable local folder, a disk too small for the published sizes),
+130 on Ctrl-C.
+
+Afterwards, `python run_pipeline.py --sources_root DIR --verify_sources --record` locks what
+was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import urllib.parse
+
+from tqdm import tqdm
+
+from proactivebench_builder.core.cli import (
+    DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
+    unknown_name)
+from proactivebench_builder.core.download import Downloader, mirrored
+from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.pipeline.fetch_plan import (
+    SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
+from proactivebench_builder.pipeline.progress import enabled
+from proactivebench_builder.transforms import load_scenarios, manifest_of
+
+HELP = "download the sources that have public URLs into --sources_root; print the manual steps"
+
+PROG = "run_pipeline.py fetch"
+DEFAULT_JOBS = 4
+
+
+def parser() -> CommandParser:
+    p = CommandParser(prog=PROG, description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sources_root", required=True, metavar="DIR",
+                   help="local folder receiving one folder per source (created if missing); "
+                        "the build's --sources_root afterwards")
+    p.add_argument("--scenarios", default="all",
+                   help="comma-separated scenarios to fetch (default: every scenario whose "
+                        "manifest has a downloads: section)")
+    p.add_argument("--source", action="append", default=[], metavar="SCENARIO=DIR",
+                   help="fetch one scenario into this folder instead of "
+                        "DIR/<source_subdir> (repeatable)")
+    p.add_argument("--mirror", default=None, metavar="URL",
+                   help="fetch https://HOST/PATH from URL/HOST/PATH instead (a mirror or cache "
+                        "laid out by host; the tests' local server)")
+    p.add_argument("--jobs", type=positive_int, default=DEFAULT_JOBS,
+                   help="files downloaded at once (default: %(default)s)")
+    p.add_argument("--retries", type=non_negative_int, default=3,
+                   help="retries of a file after a dropped connection, a timeout or an HTTP 5xx, "
+                        "each resuming where the last stopped (default: %(default)s)")
+    p.add_argument("--retry_wait", type=_non_negative_float, default=2.0, metavar="SECONDS",
+                   help="wait before the first retry, doubled for each next one "
+                        "(default: %(default)s)")
+    p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="give up on a connection silent for this long (default: %(default)s)")
+    p.add_argument("--no_train", action="store_true",
+                   help="skip the files only the train split reads (`train_only` in the manifests)")
+    p.add_argument("--remove_archives", action="store_true",
+                   help="delete each archive once extracted (fetch remembers the extraction, "
+                        "so a rerun does not download it again)")
+    p.add_argument("--rehash", action="store_true",
+                   help="read every file in place again to verify it, instead of trusting "
+                        "fetch's record of its size and modification time")
+    p.add_argument("--dry_run", action="store_true",
+                   help="list what would be fetched and print the manual steps; no network")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="draw the progress bar even when stderr is not a terminal")
+    p.add_argument("--no_progress", dest="progress", action="store_false",
+                   help="do not draw the progress bar")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    return p
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+@subcommand("fetch", HELP)
+def main(argv: list[str]) -> int:
+    return run_command(PROG, fetch_command, argv)
+
+
+# ---- checks before any work ------------------------------------------------------------------
+
+
+def load_plans(names=None) -> dict:
+    """scenario -> SourcePlan for every registered scenario whose manifest has downloads
+    (tests replace this to fetch from miniature copies with their own pins)."""
+    plans = {}
+    for name in sorted(names or load_scenarios()):
+        manifest = manifest_of(name)
+        if "downloads" not in manifest:
+            continue
+        try:
+            plans[name] = plan(manifest)
+        except PlanError as err:
+            raise UsageError(str(err)) from None
+    return plans
+
+
+def chosen(plans: dict, scenarios: str) -> dict:
+    if scenarios.strip() in ("", "all"):
+        return plans
+    names = [s.strip() for s in scenarios.split(",") if s.strip()]
+    for name in names:
+        if name not in plans:
+            if name in load_scenarios():
+                raise UsageError(f"--scenarios: {name}'s manifest has no downloads: section "
+                                 f"(nothing to fetch)")
+            raise UsageError("--scenarios: " + unknown_name("scenario", name, plans))
+    return {n: plans[n] for n in names}
+
+
+def local_folder(flag: str, value: str) -> str:
+    """An absolute local folder that exists or can be created, refused in one line otherwise."""
+    if "://" in value:
+        raise UsageError(f"{flag} {value}: fetch writes to a local folder (copy it to a bucket "
+                         f"afterwards, e.g. gsutil -m rsync -r)")
+    path = os.path.abspath(os.path.expanduser(value))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {value} is a file, not a folder")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"{flag} {value} cannot be created: {existing} is a file")
+    try:  # a real probe: os.access says yes to root on a read-only file system
+        tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
+    except OSError as err:
+        raise UsageError(f"{flag} {value} cannot be written: {existing}: "
+                         f"{err.strerror or err}") from None
+    return path
+
+
+def folders_of(args, plans: dict) -> tuple[str, dict[str, str]]:
+    root = local_folder("--sources_root", args.sources_root)
+    overrides = {}
+    for item in args.source:
+        name, sep, value = item.partition("=")
+        if not sep or not value:
+            raise UsageError(f"--source expects SCENARIO=DIR, got {item!r}")
+        if name not in plans:
+            raise UsageError(f"--source {item!r}: " + unknown_name("scenario", name, plans))
+        overrides[name] = local_folder(f"--source {name}=", value)
+    return root, {n: overrides.get(n) or os.path.join(root, p.subdir) for n, p in plans.items()}
+
+
+def check_mirror(mirror: str | None) -> None:
+    if mirror is None:
+        return
+    parts = urllib.parse.urlsplit(mirror)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        raise UsageError(f"--mirror {mirror}: expected an http(s) URL such as "
+                         f"http://127.0.0.1:8000/mirror")
+
+
+def check_space(jobs: list, root: str) -> None:
+    """Refuse when the files whose sizes are published do not fit (archives count twice: they
+    are kept and extracted)."""
+    needed = 0
+    for folder, spec in jobs:
+        if spec.size and not os.path.exists(os.path.join(folder, *spec.path.split("/"))):
+            needed += spec.size * (2 if spec.extract else 1)
+    if not needed:
+        return
+    existing = root
+    while not os.path.exists(existing):  # the root may not exist yet
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    if needed > free:
+        raise UsageError(f"--sources_root {root}: the files to fetch need at least "
+                         f"{_size(needed)} (published sizes, archives counted with their "
+                         f"contents), {_size(free)} is free")
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
+def fetch_command(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    check_mirror(args.mirror)
+    plans = chosen(load_plans(), args.scenarios)
+    root, folders = folders_of(args, plans)
+    jobs, owners = [], []
+    for name, source_plan in plans.items():
+        for planned in source_plan.files:
+            if args.no_train and planned.train_only:
+                continue
+            jobs.append((folders[name], planned.spec))
+            owners.append(name)
+    if args.dry_run:
+        return dry_run(plans, folders, jobs, owners, root, args.mirror)
+    check_space(jobs, root)
+    for folder in sorted({folder for folder, _ in jobs}):  # not for manual-only sources: the
+        os.makedirs(folder, exist_ok=True)                 # build names a missing folder
+    if jobs:
+        print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
+              + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
+    outcomes = download(jobs, owners, args)
+    failed = [o for o in outcomes if o.status == "failed"]
+    lists = write_lists(plans, folders)
+    manual = print_manual_steps(plans, folders, root, lists)
+    fetched = sum(o.status == "fetched" for o in outcomes)
+    print(f"fetch: {fetched} fetched, {len(outcomes) - fetched - len(failed)} already in place "
+          f"and verified, {len(failed)} failed (of {len(outcomes)} files"
+          + (f"; {manual} source(s) need the manual steps above)" if manual else ")"))
+    if failed:
+        print(f"fetch: run the same command again to retry the {len(failed)} failed file(s); "
+              f"finished files are skipped, partial ones resumed", file=sys.stderr)
+        return 1
+    complete = [n for n, p in plans.items() if not p.manual]
+    if complete:
+        print(f"next: python run_pipeline.py --sources_root {root} --scenarios "
+              f"{','.join(complete)} --verify_sources --record (locks the size and sha256 of "
+              f"every file, then builds; later --verify_sources builds check them)")
+    return 0
+
+
+def download(jobs: list, owners: list, args) -> list:
+    owner_of = {(folder, spec.path): name for (folder, spec), name in zip(jobs, owners)}
+    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc="fetch",
+               file=sys.stderr, disable=not enabled(args.progress, sys.stderr), leave=False,
+               dynamic_ncols=True)
+    lock = threading.Lock()
+
+    def received(n: int) -> None:  # called from every download thread
+        with lock:
+            bar.update(n)
+
+    def grow(n: int) -> None:
+        with lock:
+            bar.total = max(0, (bar.total or 0) + n)
+            bar.refresh()
+
+    def done(outcome) -> None:
+        name = owner_of[(outcome.folder, outcome.path)]
+        with lock:
+            if outcome.status == "failed":
+                message = outcome.message.removeprefix(f"{outcome.path}: ")
+                tqdm.write(f"{PROG}: FAILED {name}/{outcome.path}: {message}", file=sys.stderr)
+            elif outcome.status == "fetched":
+                resumed = (f", resumed at byte {outcome.resumed_from}"
+                           if outcome.resumed_from else "")
+                extracted = ", extracted" if outcome.extracted else ""
+                again = f"; the copy in place had {outcome.message}" if outcome.message else ""
+                tqdm.write(f"fetched {name}/{outcome.path} ({_size(outcome.bytes)} received"
+                           f"{resumed}{extracted}{again})", file=sys.stdout)
+            elif outcome.extracted:
+                tqdm.write(f"extracted {name}/{outcome.path}", file=sys.stdout)
+
+    downloader = Downloader(mirror=args.mirror, retries=args.retries,
+                            retry_wait=args.retry_wait, timeout=args.timeout,
+                            rehash=args.rehash, remove_archives=args.remove_archives,
+                            on_bytes=received, on_total=grow, on_done=done)
+    try:
+        return downloader.fetch_all(jobs, workers=args.jobs)
+    finally:
+        bar.close()
+
+
+def write_lists(plans: dict, folders: dict) -> dict:
+    """scenario -> (path, lines) of each manual list written (e.g. ChangeIt's videos)."""
+    written = {}
+    for name, source_plan in plans.items():
+        if source_plan.manual_list and os.path.isdir(folders[name]):
+            result = write_manual_list(source_plan, folders[name])
+            if result:
+                written[name] = result
+    return written
+
+
+def manual_text(source_plan, folder: str, root: str) -> str:
+    """The plan's manual steps with the real folders: <sources_root>/<subdir> becomes the
+    scenario's folder (it may be a --source override), any other <sources_root> the root."""
+    text = source_plan.manual_steps()
+    text = text.replace(f"{SOURCES_ROOT_PLACEHOLDER}/{source_plan.subdir}", folder)
+    return text.replace(SOURCES_ROOT_PLACEHOLDER, root)
+
+
+def print_manual_steps(plans: dict, folders: dict, root: str, lists: dict) -> int:
+    shown = 0
+    for name, source_plan in plans.items():
+        if not source_plan.manual:
+            continue
+        shown += 1
+        print(f"\n== {name}: manual steps ({folders[name]}) ==")
+        print(manual_text(source_plan, folders[name], root))
+        if name in lists:
+            path, count = lists[name]
+            print(f"({path}: {count} lines, written now)")
+        elif source_plan.manual_list:
+            print(f"({source_plan.manual_list['write']} is written once the files it is made "
+                  f"from are fetched)")
+    if shown:
+        print(f"\nThen lock what you have: python run_pipeline.py --sources_root {root} "
+              f"--scenarios {','.join(n for n, p in plans.items() if p.manual)} "
+              f"--verify_sources --record\n")
+    return shown
+
+
+def dry_run(plans, folders, jobs, owners, root, mirror) -> int:
+    total, unknown = 0, 0
+    for (folder, spec), name in zip(jobs, owners):
+        present = os.path.exists(os.path.join(folder, *spec.path.split("/")))
+        size = _size(spec.size) if spec.size else "size unknown"
+        if spec.size:
+            total += spec.size
+        else:
+            unknown += 1
+        extract = ", extract" if spec.extract else ""
+        state = "present (verified when run)" if present else "to fetch"
+        print(f"{name}/{spec.path}: {state}, {size}{extract} <- {mirrored(spec.url, mirror)}")
+    print(f"fetch --dry_run: {len(jobs)} files, {_size(total)} published"
+          + (f" + {unknown} of unknown size" if unknown else "") + "; nothing was downloaded")
+    print_manual_steps(plans, folders, root, {})
+    return 0
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"

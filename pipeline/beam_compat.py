@@ -22,7 +22,6 @@ import sys
 
 import apache_beam
 from apache_beam.options import pipeline_options
-from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import sdk_worker
 
@@ -64,6 +63,10 @@ def no_timed_flushes() -> None:
 def worker_processes(popen_module):
     """While active, Beam's local job service starts its worker processes through
     `popen_module` (which looks like the `subprocess` module)."""
+    # imported here, not above: it imports sdk_worker_main, which a worker process (importing
+    # this module through worker_main) must leave for runpy to run as __main__
+    from apache_beam.runners.portability import local_job_service
+
     _check("starting local worker processes in their own session", local_job_service,
            "subprocess")
     original = local_job_service.subprocess

@@ -192,26 +192,26 @@ def train_shards(root: str) -> list[str]:
 def check_build_report(root: str) -> tuple[dict | None, list[str]]:
     url = fileio.join(root, BUILD_REPORT)
     if not fileio.exists(url):
-        return None, ["reports/build.json: missing (every build writes it last; an absent "
+        return None, [f"{BUILD_REPORT}: missing (every build writes it last; an absent "
                       "report means the build did not finish)"]
     try:
         report = json.loads(fileio.read_bytes(url))
     except ValueError as err:
-        return None, [f"reports/build.json: not valid JSON: {err}"]
+        return None, [f"{BUILD_REPORT}: not valid JSON: {err}"]
     problems = []
     for name, entry in sorted(report.get("scenarios", {}).items()):
         if not entry.get("accounted", False):
-            problems.append(f"reports/build.json: {name}: raw items ({entry.get('raw_items')}) "
+            problems.append(f"{BUILD_REPORT}: {name}: raw items ({entry.get('raw_items')}) "
                             "!= samples + dead letters + exclusions")
     train = report.get("train") or {}
     for name, entry in sorted(train.get("scenarios", {}).items()):
         balance = entry.get("examples", 0) + entry.get("dead_letters", 0) + sum(
             entry.get("excluded", {}).values())
         if not entry.get("accounted", False) or entry.get("raw_items") != balance:
-            problems.append(f"reports/build.json: train split: {name}: raw items "
+            problems.append(f"{BUILD_REPORT}: train split: {name}: raw items "
                             f"({entry.get('raw_items')}) != examples + dead letters + exclusions")
     if train.get("scenarios") and train.get("rows", 0) != train.get("examples"):
-        problems.append(f"reports/build.json: train split: {train.get('rows', 0)} rows written "
+        problems.append(f"{BUILD_REPORT}: train split: {train.get('rows', 0)} rows written "
                         f"for {train.get('examples')} examples")
     return report, problems
 
@@ -227,12 +227,12 @@ def check_report_counts(report: dict, rows: dict, folders: dict) -> list[str]:
             claimed = entry.get("rows", {}).get(split)
             actual = rows.get((split, config), 0)
             if claimed is not None and claimed != actual:
-                problems.append(f"reports/build.json: {name}: {claimed} {split} rows reported, "
+                problems.append(f"{BUILD_REPORT}: {name}: {claimed} {split} rows reported, "
                                 f"{actual} in the shards")
             claimed_shards = entry.get("shards", {}).get(split)
             actual_shards = len(folders.get((split, config), []))
             if claimed_shards is not None and claimed_shards != actual_shards:
-                problems.append(f"reports/build.json: {name}: {claimed_shards} {split} shards "
+                problems.append(f"{BUILD_REPORT}: {name}: {claimed_shards} {split} shards "
                                 f"reported, {actual_shards} on disk")
     return problems
 

@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.layout import (
+    BUILD_REPORT, FILTER_REPORT, PLOTS_DIR, UNFILTERED, split_folder)
 
-PLOTS_DIR = ("reports", "plots")
 WIDTH = 960
 MARGIN = 24
 TITLE_H = 56         # title line + subtitle line
@@ -192,15 +193,15 @@ def draw_histogram(draw, top: int, label: str, counts: Counter, color,
 
 # ---- reading the built folder -----------------------------------------------------------------
 
-def read_report(output_dir: str, name: str) -> dict:
-    url = fileio.join(output_dir, "reports", name)
+def read_report(output_dir: str, relative: str) -> dict:
+    url = fileio.join(output_dir, relative)
     return json.loads(fileio.read_bytes(url)) if fileio.exists(url) else {}
 
 
 def frame_counts(output_dir: str, config: str) -> Counter:
     """len(frame_ids) -> samples, from the unfiltered shards' `frame_ids` column only."""
     counts = Counter()
-    folder = fileio.join(output_dir, "unfiltered", config)
+    folder = split_folder(output_dir, UNFILTERED, config)
     for name in fileio.list_names(folder):
         if not name.endswith(".parquet"):
             continue
@@ -273,8 +274,8 @@ def correct_fractions_chart(filters: dict) -> Image.Image:
 
 def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
     """Write the PNG plots under DIR/reports/plots/ (or `target`); returns their URLs."""
-    build = read_report(output_dir, "build.json")
-    filters = read_report(output_dir, "filter.json")
+    build = read_report(output_dir, BUILD_REPORT)
+    filters = read_report(output_dir, FILTER_REPORT)
     charts = {
         "samples_per_scenario.png": samples_chart(build),
         "frames_per_sample.png": frames_chart(output_dir, build),
@@ -285,7 +286,7 @@ def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
         charts["first_round_correct_fractions.png"] = correct_fractions_chart(filters)
     written = []
     for name, image in charts.items():
-        url = fileio.join(target or fileio.join(output_dir, *PLOTS_DIR), name)
+        url = fileio.join(target or fileio.join(output_dir, PLOTS_DIR), name)
         fileio.write_bytes_atomic(url, png_bytes(image))
         written.append(url)
     return written

@@ -35,7 +35,7 @@ from proactivebench_builder.core import fileio, vocabulary
 from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
-from proactivebench_builder.core.layout import TEST, UNFILTERED, split_folder
+from proactivebench_builder.core.layout import PLOTS_DIR, TEST, UNFILTERED, split_folder
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import plots
@@ -348,7 +348,7 @@ STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}"
 
 def plot_links(root: str, out: str) -> list[str]:
     """Relative links to the build plots; drawn into OUT/plots when the build has none."""
-    built = fileio.join(root, *plots.PLOTS_DIR)
+    built = fileio.join(root, PLOTS_DIR)
     if all(fileio.exists(fileio.join(built, n)) for n in PLOT_NAMES):
         rel = local_relpath(built, out)
         if rel is not None:

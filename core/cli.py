@@ -201,7 +201,8 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 return INTERRUPTED
             if debug:
                 traceback.print_exc()
-            print(f"{err.prefix}: {err}", file=sys.stderr)
+            opening = f"{prog}: error" if err.prefix is None else err.prefix
+            print(f"{opening}: {err}", file=sys.stderr)
             return err.exit_code
         except BaseException:
             # Beam re-raises a KeyboardInterrupt met inside a DoFn as a RuntimeError naming the

@@ -32,9 +32,18 @@ class BadItem(Exception):
 
 
 class CommandError(RuntimeError):
-    """A run that cannot go on, for a reason its message states in one line."""
+    """A run that cannot go on, for a reason its message states in one line, opened by `prefix`
+    (None: `<command>: error:`, as a user's mistake is)."""
     exit_code = 1
-    prefix = "FAILED"
+    prefix: str | None = "FAILED"
+
+
+class ScenarioError(CommandError):
+    """A scenario's module, manifest or declaration is unusable: its author's mistake (the
+    subclasses say which: `core.manifests.ManifestError`, `core.vocabulary.VocabularyError`,
+    `transforms.ScenarioPathError`)."""
+    exit_code = 2
+    prefix = None
 
 
 class SourceError(CommandError):
@@ -65,3 +74,15 @@ class FolderLocked(CommandError):
     """Another build holds the output folder."""
     exit_code = 3
     prefix = "BUILD REFUSED"
+
+
+def command_error_class(name: str) -> type[CommandError] | None:
+    """The CommandError subclass named `name` (a typed failure recorded on a worker is raised
+    again by the launcher under its own type)."""
+    pending = [CommandError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None

@@ -6,6 +6,7 @@ package data, so the installed distribution (a Dataflow or Dask worker) reads th
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import os
@@ -13,12 +14,17 @@ from importlib import resources
 
 import yaml
 
+from proactivebench_builder.core.errors import ScenarioError
+
 MANIFEST_PACKAGE = "proactivebench_builder.source_manifests"
 REQUIRED_KEYS = ("name", "config_name", "dataset", "license", "citation", "homepage",
                  "source_subdir", "layout", "parameters")
+# Keys the project reads when present; any other key is the scenario's own (class names, ...),
+# except one so close to a known key that it is surely a misspelling of it.
+OPTIONAL_KEYS = ("parameter_rules", "checksums", "expected_files", "downloads")
 
 
-class ManifestError(ValueError):
+class ManifestError(ScenarioError):
     """A manifest is missing or malformed."""
 
 
@@ -56,7 +62,12 @@ def load_manifest(name: str, folder: str | None = None) -> dict:
         raise ManifestError(f"manifest {name}.yaml is not a mapping")
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
-        raise ManifestError(f"manifest {name}.yaml lacks {missing}")
+        raise ManifestError(f"manifest {name}.yaml lacks {missing}" + _misspelt(manifest, missing))
+    for key in manifest:
+        guess = difflib.get_close_matches(str(key), OPTIONAL_KEYS, n=1, cutoff=0.85)
+        if guess and key not in OPTIONAL_KEYS:
+            raise ManifestError(f"manifest {name}.yaml: unknown key {key!r}; did you mean "
+                                f"{guess[0]!r}?")
     if manifest["name"] != name:
         raise ManifestError(f"manifest {name}.yaml names itself {manifest['name']!r}")
     for parameter in manifest.get("parameter_rules") or {}:
@@ -68,6 +79,14 @@ def load_manifest(name: str, folder: str | None = None) -> dict:
         if problem:
             raise ManifestError(f"manifest {name}.yaml: its own value of {parameter}: {problem}")
     return manifest
+
+
+def _misspelt(manifest: dict, missing: list[str]) -> str:
+    """" (did you mean ...?)" naming the keys present that look like the missing ones."""
+    hints = [f"is {found[0]!r} a misspelling of {key!r}?" for key in missing
+             for found in [difflib.get_close_matches(key, [str(k) for k in manifest], n=1,
+                                                     cutoff=0.75)] if found]
+    return f" ({' '.join(hints)})" if hints else ""
 
 
 TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str, "list": list, "dict": dict}

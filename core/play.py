@@ -48,6 +48,7 @@ from typing import Callable
 from PIL import Image
 
 from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.records import INT_COLUMNS
 from proactivebench_builder.core.vocabulary import VocabularyError
 
 TURN_RULES = ("any", "requests", "category")
@@ -77,7 +78,8 @@ def cap_problem(row: dict, expected: int, what: str) -> list[str]:
 
 def unreachable(row: dict, reachable) -> list[str]:
     missing = sorted(set(reachable) - set(row.get("frame_ids") or []))
-    return [f"frames {missing} are reachable within the step cap but missing"] if missing else []
+    return [f"frames {missing} are reachable within the step cap (num_images="
+            f"{row.get('num_images')}) but missing"] if missing else []
 
 
 # ---- behaviours ----------------------------------------------------------------------------------
@@ -222,7 +224,25 @@ class FrameLadder(Behaviour):
 
 
 class Steps(Behaviour):
-    """Each action moves by its declared offset (modulo num_images when `wrap`)."""
+    """Each action moves by its declared offset (modulo num_images when `wrap`). The frames an
+    episode can show are those its moves reach from `first_image` within the step cap, which
+    are also the states it may enter (upstream's ROD, VSOD and QuickDraw move by one, so theirs
+    are every id below num_images)."""
+
+    def reachable(self, record: dict) -> set[int]:
+        """Every frame id the declared moves reach from first_image in fewer turns than the cap
+        (a state entered on the last turn shows nothing: the episode ends there)."""
+        n, cap = record.get("num_images") or 0, record.get(self.play.step_cap) or 0
+        seen, frontier = {record["first_image"]}, {record["first_image"]}
+        for _ in range(max(0, cap - 1)):
+            step = {(i + move) % n if self.play.wrap and n else i + move
+                    for i in frontier for move in self.play.moves.values()}
+            frontier = {i for i in step if i >= 0} - seen
+            seen |= frontier
+        return seen
+
+    def valid_images(self, env):
+        return sorted(self.reachable(env.record))
 
     def next_image(self, env, action):
         next_id = env.image_id + self.play.moves[action]
@@ -232,18 +252,24 @@ class Steps(Behaviour):
         d = abs(env.image_id - env.record["reference_image"])
         return min(d, env.record["num_images"] - d) if self.play.wrap else d
 
+    def reachable_frame_ids(self, record):
+        return sorted(self.reachable(record) | {record["first_image"], record["reference_image"]})
+
     def record_problems(self, row):
-        """Circular moves (`wrap`) reach every id below num_images; forward-only moves reach
-        every id from first_image to the last frame."""
-        ids = row.get("frame_ids") or []
-        problems = cap_problem(row, len(ids), "len(frame_ids)")
-        if problems:
-            return problems
-        if self.play.wrap:
-            return unreachable(row, range(row.get("num_images") or 0))
-        if all(m > 0 for m in self.play.moves.values()):
-            return unreachable(row, range(row.get("first_image") or 0, row.get("num_images") or 0))
-        return []
+        """Every frame the moves reach within the cap is in the row, and the reference is among
+        them."""
+        if not isinstance(row.get("first_image"), int) or not row.get("num_images") \
+                or not isinstance(row.get(self.play.step_cap), int):
+            return [f"first_image={row.get('first_image')}, num_images={row.get('num_images')}, "
+                    f"{self.play.step_cap}={row.get(self.play.step_cap)}: need integers"]
+        reachable = self.reachable(row)
+        problems = unreachable(row, reachable)
+        if row.get("reference_image") not in reachable:
+            problems.append(f"reference_image {row.get('reference_image')} cannot be reached from "
+                            f"first_image {row['first_image']} by the moves "
+                            f"{dict(self.play.moves)} within {self.play.step_cap}="
+                            f"{row[self.play.step_cap]} turns")
+        return problems
 
 
 # ---- the declaration -----------------------------------------------------------------------------
@@ -284,6 +310,10 @@ class Play:
                 and set(self.moves) != set(self.actions):
             raise VocabularyError(f"behaviour {self.behaviour.__name__} needs a move per action: "
                                   f"moves {sorted(self.moves)}, actions {sorted(self.actions)}")
+        if self.step_cap not in INT_COLUMNS:
+            raise VocabularyError(f"step_cap {self.step_cap!r} is not an integer column of the "
+                                  f"record contract (one of {', '.join(sorted(INT_COLUMNS))}): "
+                                  "rows hold only the contract's columns (core/records.py)")
         for action, keywords in self.actions.items():
             if isinstance(keywords, str) or not keywords:
                 raise VocabularyError(f"action {action!r}: give a tuple of keywords")

@@ -61,6 +61,9 @@ _ARROW_FIELDS = [
     ("source", SOURCE_TYPE),
 ]
 COLUMNS = tuple(name for name, _ in _ARROW_FIELDS)
+# The integer columns besides the id: what a play declaration may name as its step cap.
+INT_COLUMNS = frozenset(name for name, kind in _ARROW_FIELDS
+                        if kind == pa.int64() and name != "id")
 # Every column except the image bytes: what crosses a shuffle before frames are materialized.
 METADATA_COLUMNS = tuple(c for c in COLUMNS if c != "frames")
 
@@ -121,6 +124,10 @@ def check_row(row: dict) -> None:
     missing = [c for c in METADATA_COLUMNS if c not in row]
     if missing:
         raise ValueError(f"row {row.get('key')!r} lacks columns {missing}")
+    unknown = sorted(set(row) - set(COLUMNS) - {"frame_refs"})
+    if unknown:
+        raise ValueError(f"row {row.get('key')!r} has fields the record contract does not "
+                         f"have: {unknown} (its columns are fixed: core/records.py)")
     if len(row["categories"]) != 4 or row["answer"] not in row["categories"]:
         raise ValueError(f"row {row['key']!r}: need 4 categories containing the answer")
     if len(set(row["categories"])) != 4:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 import re
 
+from proactivebench_builder.core.errors import ScenarioError
+
 ABSTAIN_MARKERS = ("cannot", "do not")
 
 # The abstain pool seen in the paper's examples (App. A, App. D): shared by every scenario.
@@ -32,7 +34,7 @@ ABSTAIN_OPTIONS = (
 )
 
 
-class VocabularyError(ValueError):
+class VocabularyError(ScenarioError):
     """A scenario's action keywords clash with another's, or its options do not name an action."""
 
 

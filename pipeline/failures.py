@@ -20,22 +20,34 @@ import json
 import uuid
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import OutputError, SourceError
+from proactivebench_builder.core.errors import CommandError, OutputError, command_error_class
 
 
 @contextlib.contextmanager
 def recorded(folder: str | None):
-    """Record a SourceError or an OSError raised inside (then let it go on up)."""
+    """Record an error raised inside (then let it go on up): a CommandError (a SourceError, a
+    scenario's ManifestError, ...) and an OSError by their type, anything else (a bug) by its
+    one line, for build.json's `failure`."""
     try:
         yield
-    except SourceError as err:
-        _write(folder, {"type": "SourceError", "message": str(err).splitlines()[0]})
+    except CommandError as err:
+        _write(folder, {"type": "command", "class": type(err).__name__,
+                        "message": _first_line(err)})
         raise
     except OSError as err:
         if err.errno:
             _write(folder, {"type": "OSError", "errno": err.errno, "strerror": err.strerror,
                             "filename": err.filename})
+        else:
+            _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
         raise
+    except Exception as err:
+        _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
+        raise
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0]
 
 
 def _write(folder: str | None, record: dict) -> None:
@@ -48,17 +60,24 @@ def _write(folder: str | None, record: dict) -> None:
         pass
 
 
-def first_recorded(folder: str | None):
-    """The typed error of a failure recorded in `folder` (the first by name), or None."""
+def _records(folder: str | None) -> list[dict]:
     if not folder or not fileio.is_dir(folder):
-        return None
+        return []
+    found = []
     for name in fileio.list_names(folder):
         try:
-            record = json.loads(fileio.read_bytes(fileio.join(folder, name)))
+            found.append(json.loads(fileio.read_bytes(fileio.join(folder, name))))
         except (OSError, ValueError):
             continue
-        if record.get("type") == "SourceError":
-            return SourceError(record.get("message", ""))
+    return found
+
+
+def first_recorded(folder: str | None):
+    """The typed error of a failure recorded in `folder` (the first by name), or None."""
+    for record in _records(folder):
+        if record.get("type") == "command":
+            cls = command_error_class(record.get("class", "")) or CommandError
+            return cls(record.get("message", ""))
         if record.get("type") == "OSError":
             return OutputError.of(OSError(record["errno"], record.get("strerror"),
                                           record.get("filename")))
@@ -66,10 +85,14 @@ def first_recorded(folder: str | None):
 
 
 def raise_recorded(folder: str | None, err: BaseException) -> None:
-    """Raise the typed error a worker recorded for `err` (the runner's failure), if one did."""
+    """Raise the typed error a worker recorded for `err` (the runner's failure), if one did;
+    else note on `err` the one line a worker recorded of it (`failure_line`), for the report."""
     typed = first_recorded(folder)
     if typed is not None:
         raise typed from err
+    bugs = [r["message"] for r in _records(folder) if r.get("type") == "bug"]
+    if bugs:
+        err.failure_line = bugs[0]
 
 
 def clear(folder: str | None) -> None:

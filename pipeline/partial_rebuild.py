@@ -28,7 +28,7 @@ from proactivebench_builder.core.buildfolder import BUILDING, FAILED, OK
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, DEAD_LETTERS, FILTER_REPORT, TRAIN, UNFILTERED, UPSTREAM_DIR)
-from proactivebench_builder.transforms import get_scenario
+from proactivebench_builder.transforms import PATH_VARIABLE, get_scenario, load_scenarios
 
 WAY_OUT = ("rebuild every scenario of the folder (leave out --scenarios), or build into another "
            "--output")
@@ -62,6 +62,12 @@ def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     kept = sorted(old_scenarios - chosen)
     if not kept:
         return None
+    unregistered = [n for n in kept if n not in load_scenarios()]
+    if unregistered:
+        raise UpdateRefused(
+            f"cannot update {output}: it also holds {', '.join(unregistered)}, which no "
+            f"registered scenario is (a scenario of your own: make its module visible with "
+            f"{PATH_VARIABLE}=FOLDER, as for the build that wrote the folder); or {WAY_OUT}")
     unusable = not_finished_ok(previous)
     if unusable:
         raise UpdateRefused(f"cannot update {output}: it holds {unusable}; {WAY_OUT}")

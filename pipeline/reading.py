@@ -166,6 +166,9 @@ class BuildSample(beam.DoFn):
         try:
             row = scenario.build_sample(key, value.item)
             check_row(row)
+            if not row["key"].startswith(f"{scenario.config_name}/"):
+                raise ValueError(f"key {row['key']!r} does not start with its config "
+                                 f"'{scenario.config_name}/'")
         except BadItem as err:
             yield bad_item_letter(scenario, name, key, err)
             return

@@ -11,6 +11,7 @@ import apache_beam as beam
 
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
+from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
 from proactivebench_builder.core.records import arrow_schema
@@ -37,7 +38,10 @@ class AssignIdsAndShards(beam.DoFn):
         self.config = config
 
     def process(self, element):
-        name, values = element
+        with failures.recorded(self.config.failures_dir):
+            yield from self.assign(*element)
+
+    def assign(self, name, values):
         if name == TRAIN_POOL:
             planned = False
             for value in train_shard_rows(values):
@@ -66,7 +70,8 @@ class AssignIdsAndShards(beam.DoFn):
         if self.config.keep_ids:
             rows.sort(key=lambda r: r["id"])
             if len({r["id"] for r in rows}) != len(rows):
-                raise ValueError(f"{name}: the imported release repeats ids")
+                raise SourceError(f"{name}: the imported release repeats ids (each record of "
+                                  "a config has its own id)")
         kept, report = apply_selection(name, scenario.config_name, rows, selection_values,
                                        self.config.selection)
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))

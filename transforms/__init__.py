@@ -27,6 +27,7 @@ import sys
 from importlib.metadata import entry_points
 
 from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.errors import ScenarioError
 from proactivebench_builder.core.play import Behaviour
 from proactivebench_builder.transforms import base
 
@@ -34,11 +35,11 @@ PATH_VARIABLE = "PROACTIVEBENCH_SCENARIO_PATH"
 ENTRY_POINT_GROUP = "proactivebench_builder.scenarios"
 
 
-class ScenarioPathError(RuntimeError):
+class ScenarioPathError(ScenarioError):
     """A folder or module named by PROACTIVEBENCH_SCENARIO_PATH or an entry point is unusable."""
 
 
-class UnknownConfig(ValueError):
+class UnknownConfig(ScenarioError):
     """No registered scenario declares this config."""
 
 
@@ -61,14 +62,28 @@ def _import_path_modules() -> None:
             sys.path.append(folder)
         for name in sorted(os.listdir(folder)):
             if name.endswith(".py") and not name.startswith("_"):
-                importlib.import_module(name[:-3])
+                _import_plugin(name[:-3], os.path.join(folder, name))
+
+
+def _import_plugin(module: str, where: str) -> None:
+    """Import a scenario module of the user's: any error in it is the author's, one line (a
+    ScenarioError) naming the file; --debug shows its traceback."""
+    try:
+        importlib.import_module(module)
+    except ScenarioError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the plug-in's own code: reported, not hidden
+        line = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
+        raise ScenarioPathError(f"{where}{line}: {type(err).__name__}: {err}") from err
 
 
 def _import_entry_points() -> None:
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             entry.load()
-        except ImportError as err:
+        except ScenarioError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the plug-in's own code: reported, not hidden
             raise ScenarioPathError(f"entry point {entry.name} = {entry.value} "
                                     f"({ENTRY_POINT_GROUP}): {err}") from err
 

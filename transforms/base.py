@@ -22,7 +22,7 @@ import sys
 from typing import ClassVar, Iterable, Iterator
 
 from proactivebench_builder.core import fileio, manifests, results, vocabulary
-from proactivebench_builder.core.errors import BadItem, SourceError
+from proactivebench_builder.core.errors import BadItem, ScenarioError, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.play import Play
 from proactivebench_builder.core.prompts import multi_choice_prompt
@@ -50,8 +50,10 @@ class Scenario:
                             "in its play declaration, `environment = Play(frame_path=...)`, "
                             "not by overriding Scenario.frame_path")
         if cls.name:
-            if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-                raise ValueError(f"two scenarios are named {cls.name!r}")
+            other = _REGISTRY.get(cls.name)
+            if other is not None and other is not cls:
+                raise ScenarioError(f"two scenarios are named {cls.name!r}: {other.__module__}."
+                                    f"{other.__name__} and {cls.__module__}.{cls.__name__}")
             _REGISTRY[cls.name] = cls
 
     def __init__(self, seed: int, source_root: str):

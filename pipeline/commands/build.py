@@ -135,7 +135,9 @@ def failure_reason(err: BaseException) -> str:
         return str(err)
     if isinstance(err, OSError) and err.errno:
         return str(OutputError.of(err))
-    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+    # a worker's error reaches here as the runner's text; the worker recorded its own line
+    return getattr(err, "failure_line", None) or \
+        f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
 
 
 def build_and_check(options, opts, config: BuildConfig, local: bool, show_progress: bool) -> dict:

@@ -15,9 +15,8 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
-from proactivebench_builder.core.errors import UsageError
-from proactivebench_builder.core.manifests import parameter_problem
-from proactivebench_builder.core.vocabulary import VocabularyError
+from proactivebench_builder.core.errors import ScenarioError, UsageError
+from proactivebench_builder.core.manifests import ManifestError, parameter_problem
 from proactivebench_builder.filters.coverage import check_before_work
 from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
 from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
@@ -27,7 +26,7 @@ from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
 from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
-from proactivebench_builder.transforms import ScenarioPathError, load_scenarios, manifest_of
+from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, manifest_of
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -37,17 +36,27 @@ def absolute(url: str) -> str:
 
 
 def choose_scenarios(spec: str) -> dict:
+    """The scenarios `--scenarios` names, each with a manifest that loads, checked before any
+    work (a scenario author's mistake is one line naming the file)."""
     try:
         registered = load_scenarios()
-    except (ScenarioPathError, VocabularyError) as err:  # a scenario author's mistake
+    except ScenarioError as err:  # a scenario author's mistake
         raise SystemExit(f"scenario registry: {err}") from None
     if spec == "all":
-        return registered
-    chosen = {}
-    for name in (s.strip() for s in spec.split(",") if s.strip()):
-        if name not in registered:
-            raise UsageError("--scenarios: " + unknown_name("scenario", name, registered))
-        chosen[name] = registered[name]
+        chosen = registered
+    else:
+        chosen = {}
+        for name in (s.strip() for s in spec.split(",") if s.strip()):
+            if name not in registered:
+                raise UsageError("--scenarios: " + unknown_name("scenario", name, registered)
+                                 + f"; a scenario of your own is found through {PATH_VARIABLE}"
+                                 "=FOLDER or an entry point (README: Adding a scenario)")
+            chosen[name] = registered[name]
+    for name, cls in chosen.items():
+        try:
+            cls.read_manifest()
+        except ManifestError as err:
+            raise SystemExit(f"{cls.manifest_location()}: {err}") from None
     if not chosen:
         raise UsageError(f"--scenarios {spec!r} names no scenario (known: "
                          f"{', '.join(registered)}, or all)")

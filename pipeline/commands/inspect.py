@@ -40,7 +40,8 @@ from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands import subcommand
-from proactivebench_builder.pipeline.commands.validate import declared_behaviour, iter_rows
+from proactivebench_builder.pipeline.commands.validate import (
+    declared_behaviour, iter_rows, unregistered_problem)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
@@ -364,6 +365,9 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     folders = shard_folders(root)
     sections, written = [], []
     for config in sorted({c for _, c in folders}):
+        unknown = unregistered_problem(config, "its rows are drawn as plain frames")
+        if unknown:  # its scenario's own views cannot be drawn
+            print(f"inspect: {unknown}", file=sys.stderr)
         chosen_split = split_of(folders, config, split)
         urls = shard_urls(root, chosen_split, config, folders[(chosen_split, config)])
         keys, total = sample_keys(urls, config, seed, per_scenario)

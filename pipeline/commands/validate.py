@@ -199,14 +199,15 @@ def train_row_problems(row: dict) -> list[str]:
     return problems
 
 
-def unregistered_problem(config: str) -> str | None:
+def unregistered_problem(config: str,
+                         consequence: str = "its options and steps were not checked") -> str | None:
     """One line for a config whose scenario is not registered here: its options and steps can
     only be checked against the scenario's own declaration (one line, not one per row)."""
     if scenario_for_config(config) is not None:
         return None
-    return (f"config {config!r} has no registered scenario, so its options and steps were not "
-            f"checked: make the scenario's module visible with {PATH_VARIABLE}=FOLDER or an "
-            "entry point of group proactivebench_builder.scenarios (README: Adding a scenario)")
+    return (f"config {config!r} has no registered scenario, so {consequence}: make the "
+            f"scenario's module visible with {PATH_VARIABLE}=FOLDER or an entry point of group "
+            "proactivebench_builder.scenarios (README: Adding a scenario)")
 
 
 def row_problems(row: dict, config: str) -> list[str]:

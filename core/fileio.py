@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import os
 import posixpath
+import stat
 import uuid
 
 import fsspec
@@ -38,13 +39,57 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base.rstrip("/"), *parts) if base else posixpath.join(*parts)
 
 
-def read_bytes(url: str) -> bytes:
+class NotARegularFile(OSError):
+    """A path that names a FIFO, a socket, a device or a folder where a file is read."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def open_local_regular(path: str):
+    """A binary file object of the local regular file `path`; raise NotARegularFile for anything
+    else. The file is opened without blocking first (opening a FIFO for reading would otherwise
+    wait for a writer forever) and checked on its descriptor, so it cannot change between the
+    check and the read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotARegularFile(errno.EINVAL, f"not a regular file: {kind}", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_source(url: str):
+    """A binary file object to read `url`: a local path only when it is a regular file (see
+    `open_local_regular`), anything else through fsspec."""
     if is_local(url):
-        with open(local_path(url), "rb") as handle:
-            return handle.read()
+        return open_local_regular(local_path(url))
     fs, path = filesystem(url)
-    with fs.open(path, "rb") as handle:
-        return handle.read()
+    return fs.open(path, "rb")
+
+
+class FileTooLarge(OSError):
+    """A file larger than its reader allows (memory must not depend on what a source holds)."""
+
+
+def read_bytes(url: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file `url`; with `limit`, raise FileTooLarge rather than read
+    more than `limit` bytes."""
+    with open_source(url) as handle:
+        if limit is None:
+            return handle.read()
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(errno.EFBIG, f"larger than the {limit:,} bytes a file may hold here",
+                           url)
+    return data
 
 
 def exists(url: str) -> bool:
@@ -71,9 +116,18 @@ _RUN_TOKEN = uuid.uuid4().hex[:12]
 _COUNTER = itertools.count()
 
 
+NAME_MAX = 255  # bytes in one file name on the file systems a build writes to
+
+
 def temporary_name(final_path: str) -> str:
+    """A name beside `final_path` for writing it under: unique, hidden from every glob of the
+    card, and never longer than a file name may be (a legal 250-byte name stays legal: its
+    temporary name holds a digest of it instead)."""
     head, tail = posixpath.split(final_path)
-    return posixpath.join(head, f".tmp-{_RUN_TOKEN}-{os.getpid()}-{next(_COUNTER)}-{tail}")
+    prefix = f".tmp-{_RUN_TOKEN}-{os.getpid()}-{next(_COUNTER)}-"
+    if len((prefix + tail).encode("utf-8", "surrogateescape")) > NAME_MAX:
+        tail = hashlib.sha256(tail.encode("utf-8", "surrogateescape")).hexdigest()
+    return posixpath.join(head, prefix + tail)
 
 
 def write_bytes_atomic(url: str, data: bytes) -> None:

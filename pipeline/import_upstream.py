@@ -53,8 +53,7 @@ class ReadRecords(beam.DoFn):
     def process(self, config: str):
         scenario = self.config.config_to_scenario[config]
         url = fileio.join(self.config.import_upstream, jsonl_name(config))
-        fs, path = fileio.filesystem(url)
-        with fs.open(path, "rb") as handle:
+        with fileio.open_source(url) as handle:
             for number, line in enumerate(handle, start=1):
                 yield scenario, config, number, line.decode("utf-8", errors="replace")
 

@@ -40,6 +40,9 @@ class Scenario:
     # True when its train units are its test units (QuickDraw's category files): the pipeline
     # then reads each unit once for both splits with `read_unit_with_train`
     train_units_are_test_units: ClassVar[bool] = False
+    # the most one source file read whole may hold (a frame, a list, a CSV): memory never
+    # depends on what a source claims; the real sources' largest such file is a few MB
+    max_source_file_bytes: ClassVar[int] = 256 << 20
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -221,8 +224,9 @@ class Scenario:
     def read_source(self, url: str) -> bytes:
         """The bytes of a source file; raise BadItem when a local file resolves outside the
         source root (a symlink in the download, e.g. from an extracted archive): sources are
-        untrusted, and a link must not pull other files of this machine into the output."""
-        return fileio.read_bytes(self.inside_root(url))
+        untrusted, and a link must not pull other files of this machine into the output.
+        A file over `max_source_file_bytes` is refused unread (fileio.FileTooLarge)."""
+        return fileio.read_bytes(self.inside_root(url), limit=self.max_source_file_bytes)
 
     def inside_root(self, url: str) -> str:
         """`url` itself, once checked to resolve inside the source root; else raise BadItem

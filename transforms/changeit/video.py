@@ -16,6 +16,7 @@ def local_copy(url: str) -> tuple[str, bool]:
     fs, path = fileio.filesystem(url)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     if "file" in protocols or "local" in protocols:
+        fileio.open_local_regular(path).close()  # a FIFO or a device is refused, not decoded
         return path, False
     handle, tmp = tempfile.mkstemp(suffix=posixpath.splitext(path)[1])
     os.close(handle)

@@ -53,8 +53,7 @@ def load_index(url: str) -> AnnotationIndex:
 
 
 def read_index(url: str, chunk_bytes: int = READ_CHUNK_BYTES) -> AnnotationIndex:
-    fs, path = fileio.filesystem(url)
-    with fs.open(path, "rb") as stream:
+    with fileio.open_source(url) as stream:
         return index_annotations(stream, chunk_bytes)
 
 

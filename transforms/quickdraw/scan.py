@@ -70,8 +70,7 @@ class FileScan:
         self.lines_done = 0
         try:
             # a category file linked out of the sources root is the unit's dead letter
-            fs, path = fileio.filesystem(self.scenario.inside_root(self.unit))
-            with fs.open(path, "rb") as handle:
+            with fileio.open_source(self.scenario.inside_root(self.unit)) as handle:
                 pending, first, skipping = b"", True, False
                 while True:
                     data = handle.read(READ_BYTES)

@@ -2,6 +2,7 @@
 thread is kept per process, and a row's frames are read as one span of its sequence."""
 from __future__ import annotations
 
+import gzip
 import threading
 
 from proactivebench_builder.core import fileio
@@ -20,6 +21,14 @@ def archive_version(fs, path: str) -> str:
                   if info.get(k) is not None), "")
     return f"{info.get('size')}:{stamp}"
 
+
+def open_archive(url: str):
+    """A forward reader of the uncompressed stream of the archive at `url` (a regular file only,
+    see fileio.open_source)."""
+    raw = fileio.open_source(url)
+    return gzip.GzipFile(fileobj=raw, mode="rb") if url.endswith((".gz", ".tgz")) else raw
+
+
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
     """`length` bytes at `start` in the uncompressed stream of a (gzipped) tar. One reader per
     archive is kept per process, so consecutive reads move forward without re-decompressing."""
@@ -28,15 +37,14 @@ def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes
     with _LOCK:
         reader = _READERS.get(slot)
         if reader is None:
-            fs, path = fileio.filesystem(url)
-            compression = "gzip" if url.endswith((".gz", ".tgz")) else None
-            reader = fs.open(path, "rb", compression=compression)
+            reader = open_archive(url)
             _READERS[slot] = reader
     reader.seek(start)
     data = reader.read(length)
     if len(data) != length:
         raise OSError(f"{url}: archive ended at {start + len(data)}, expected {start + length}")
     return data
+
 
 def read_member(ref: dict) -> bytes:
     """A member's bytes, through a one-span-per-archive cache of its whole sequence."""

@@ -204,7 +204,7 @@ class ROD(Scenario):
                 continue
             try:
                 version = archive_version(fs, path)
-                with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+                with fileio.open_source(url) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                     for member in tar:
                         yield from self._member_entry(tar, member, url, version)
             except (tarfile.TarError, EOFError, OSError, ValueError) as err:

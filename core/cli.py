@@ -9,7 +9,9 @@
 - `run_command`: the entry points' wrapper: a user's mistake (`core.errors.UsageError`, or any
   `SystemExit` with a message) one line and exit 2, a `core.errors.CommandError` one line and
   its own exit code, Ctrl-C one line and exit 130; `--debug` shows the traceback of each.
-- `CtrlC`, `launch`: Ctrl-C handling, from the first import on.
+- `CtrlC`, `launch`: Ctrl-C handling, from the first import on. SIGTERM (a scheduler, `kill`,
+  `timeout`) and SIGHUP (the terminal closed) take the same path as Ctrl-C: the same cleanup,
+  one line, and exit 128 + the signal's number.
 """
 from __future__ import annotations
 
@@ -29,6 +31,26 @@ from proactivebench_builder.core.errors import CommandError
 DEBUG_HELP = ("show the full traceback of a refused command or an interruption (a bug always "
               "shows its traceback)")
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+# the signals that stop a command the way Ctrl-C does (what a scheduler or a closing terminal
+# sends); each is turned into a `Stopped`, so every `except KeyboardInterrupt` and `finally`
+# cleans up after it as after Ctrl-C
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+class Stopped(KeyboardInterrupt):
+    """A command stopped by a signal other than Ctrl-C (SIGTERM, SIGHUP)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_reason(signum: int) -> str:
+    """What stopped a command, in words: 'interrupted (Ctrl-C)', 'stopped by SIGTERM'."""
+    if signum == signal.SIGINT:
+        return "interrupted (Ctrl-C)"
+    return f"stopped by {signal.Signals(signum).name}"
 
 
 def canonical(flag: str) -> str:
@@ -197,8 +219,7 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             return 2
         except CommandError as err:
             if ctrl_c.pressed:
-                say_interrupted(prog)
-                return INTERRUPTED
+                return ctrl_c.report(prog)
             if debug:
                 traceback.print_exc()
             opening = f"{prog}: error" if err.prefix is None else err.prefix
@@ -211,14 +232,22 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 raise
             if debug:
                 traceback.print_exc()
-            say_interrupted(prog)
-            return INTERRUPTED
+            return ctrl_c.report(prog)
 
 
-def say_interrupted(prog: str) -> None:
-    """The one line; on a terminal, below the ^C it echoed."""
-    newline = "\n" if sys.stderr.isatty() else ""
-    print(f"{newline}{prog}: interrupted", file=sys.stderr)
+def say_interrupted(prog: str, signum: int = signal.SIGINT) -> None:
+    """The one line; on a terminal, below the ^C it echoed. (After SIGHUP the terminal may be
+    gone: nothing to say, then.)"""
+    newline = "\n" if signum == signal.SIGINT and _isatty(sys.stderr) else ""
+    words = "interrupted" if signum == signal.SIGINT else stop_reason(signum)
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{newline}{prog}: {words}", file=sys.stderr, flush=True)
+
+
+def _isatty(stream) -> bool:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return stream.isatty()
+    return False
 
 
 _AT_INTERRUPT: list = []
@@ -236,54 +265,68 @@ def at_interrupt(callback):
 
 
 class CtrlC:
-    """While active (in the main thread): the first Ctrl-C is remembered and raises
-    KeyboardInterrupt as usual; a second one, pressed while the first unwinds, ends the process
-    at once, silently, with the same exit status.
+    """While active (in the main thread): the first Ctrl-C (or SIGTERM, SIGHUP: STOP_SIGNALS) is
+    remembered and raises KeyboardInterrupt as usual (`Stopped` for the others); a second one,
+    received while the first unwinds, ends the process at once, silently, with the same exit
+    status.
 
-    With `quiet`, the first Ctrl-C also silences what the teardown of an interrupted run says:
+    With `quiet`, the first signal also silences what the teardown of an interrupted run says:
     log records, exceptions of background threads, "Exception ignored" messages. Beam's
     threads report every broken connection and closed stream as the runner stops, which only
     restates that the user stopped it."""
 
     def __init__(self, quiet: bool = True):
         self.quiet = quiet
-        self.pressed = False
-        self._installed = False
-        self._previous = signal.SIG_DFL
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def pressed(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+    def report(self, prog: str) -> int:
+        """Say what stopped the command; its exit status."""
+        say_interrupted(prog, self.signum or signal.SIGINT)
+        return self.exit_status
 
     def _handle(self, signum, frame):
         if self.pressed:
-            os._exit(INTERRUPTED)
-        self.pressed = True
+            os._exit(self.exit_status)
+        self.signum = signum
         for callback in list(_AT_INTERRUPT):
             callback()
         if self.quiet:
             logging.disable(logging.CRITICAL)
             threading.excepthook = lambda args: None
             sys.unraisablehook = lambda unraisable: None
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
 
     def __enter__(self) -> "CtrlC":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+            for signum in STOP_SIGNALS:
+                previous = signal.signal(signum, self._handle)
+                self._previous[signum] = signal.SIG_DFL if previous is None else previous
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous
-                          if self._previous is not None else signal.SIG_DFL)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
 
 
 def launch(prog: str, module: str) -> int:
     """What an entry point runs: import `module` and call its `main()`, with Ctrl-C during the
     import (Beam's takes seconds) the same one line and exit 130 as later."""
+    ctrl_c = CtrlC()
     try:
-        with CtrlC():
+        with ctrl_c:
             main = importlib.import_module(module).main
     except KeyboardInterrupt:
-        say_interrupted(prog)
-        return INTERRUPTED
+        return ctrl_c.report(prog)
     return main()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
 import sys
 import tempfile
 
@@ -19,6 +20,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
 from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError, UsageError
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
@@ -128,7 +130,7 @@ def run_build(argv: list[str]) -> dict:
 def failure_reason(err: BaseException) -> str:
     """One line for build.json's `failure`: what stopped the build."""
     if isinstance(err, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
+        return stop_reason(getattr(err, "signum", signal.SIGINT))
     if isinstance(err, SourceError):
         return f"SourceError: {err}"
     if isinstance(err, (BuildFailed, OutputError)):

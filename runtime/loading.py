@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import sys
+import urllib.error
+import urllib.request
 from typing import Iterator
 
 import pyarrow.parquet as pq
@@ -55,6 +57,36 @@ def check_data(data: str) -> None:
     elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
           or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
         raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
+    else:
+        check_hub(data)
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_hub(dataset_id: str) -> None:
+    """A Hub id needs the Hub: asked once, briefly, before any work, so that no network fails
+    fast in one line naming offline use (`datasets` would retry for ~50 s and end in a long
+    traceback). With HF_HUB_OFFLINE=1 the datasets cache answers instead (not probed)."""
+    if hub_offline():
+        return
+    from huggingface_hub import constants  # lazy, as `datasets` below: only a Hub id needs it
+
+    try:  # any HTTP answer, even an error status, means the Hub is reachable
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"),
+                               timeout=HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as err:  # URLError, timeouts, DNS, refused: no Hub
+        reason = getattr(err, "reason", err)
+        raise SystemExit(
+            f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
+            f"reached ({reason}); offline, give a local folder (a build, or the release's "
+            "test/ folder), or set HF_HUB_OFFLINE=1 to read the copy in the datasets cache")
 
 
 def sample_fingerprint(row: dict) -> str:
@@ -124,7 +156,15 @@ def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[d
 
 def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator[dict]:
     import datasets
-    yield from datasets.load_dataset(dataset_id, name=config, split=split)
+    try:
+        rows = datasets.load_dataset(dataset_id, name=config, split=split)
+    except (ConnectionError, OSError) as err:  # e.g. offline and not in the datasets cache
+        text = (str(err).splitlines() or [""])[0]
+        raise SystemExit(f"--data {dataset_id}: cannot load {config} ({text})"
+                         + ("; HF_HUB_OFFLINE=1 reads only what the datasets cache holds: "
+                            "load it once online, or give a local folder" if hub_offline()
+                            else "")) from None
+    yield from rows
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:

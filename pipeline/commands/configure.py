@@ -15,13 +15,14 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.errors import MissingPackage, SourceError, UsageError
 from proactivebench_builder.core.manifests import parameter_problem
 from proactivebench_builder.core.vocabulary import VocabularyError
 from proactivebench_builder.filters.coverage import check_before_work
 from proactivebench_builder.filters.leakage import (
     RELEASED, KeepListError, count_kept, load_keep_list, released_count_problem, released_counts)
-from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.filters.predictions import (
+    PredictionsError, read_predictions, train_confidences)
 from proactivebench_builder.pipeline import __version__
 from proactivebench_builder.pipeline.import_upstream import (
     fingerprint, present_configs, record_ids)
@@ -79,12 +80,26 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
                                         {n: scenarios[n] for n in missing})
     sources = {n: overrides.get(n) or fileio.join(absolute(root), manifest_of(n)["source_subdir"])
                for n in scenarios}
-    absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
+    absent = {n: url for n, url in sources.items() if not source_folder_exists(url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
             f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
             "layout each scenario expects and where to get it)")
     return sources
+
+
+def source_folder_exists(url: str) -> bool:
+    """Whether a source folder exists; a store that cannot be reached is said to be so, in one
+    line (offline, a Dataflow launch read its gs:// sources as "not found")."""
+    try:
+        return fileio.folder_exists(url)
+    except MissingPackage:
+        raise
+    except Exception as err:  # noqa: BLE001 - the store's own error (network, credentials)
+        text = (str(err).splitlines() or [""])[0]
+        raise SourceError(f"cannot reach {url}: {type(err).__name__}: {text} (no network, or "
+                          "no credentials for the store? The launcher reads the sources' "
+                          "folders before any work, on every runner)") from None
 
 
 def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
@@ -117,6 +132,7 @@ def selection_settings(opts: BuildOptions) -> Selection:
     try:
         if mode == PREDICTIONS:
             read_predictions(opts.predictions)
+            train_confidences(opts.predictions)  # its train rows, if any, fill the train split
         if mode == KEEP_LIST:
             if not opts.import_upstream:
                 raise KeepListError(

@@ -36,7 +36,8 @@ from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import load_scenarios, manifest_of
 from proactivebench_builder.transforms.base import Scenario
 
-HELP = "write the labels only the upstream release holds (MVP-N names, VSOD answers) into the sources"
+HELP = ("write the labels only the upstream release holds (product names, answers) into the "
+        "source folders")
 PROG = "run_pipeline.py release_labels"
 MAX_JSONL_BYTES = 256 << 20  # the released files are 41 kB to 2.5 MB
 MAX_PROBLEMS_SHOWN = 5

@@ -76,11 +76,15 @@ def check_hub(dataset_id: str) -> None:
         return
     from huggingface_hub import constants  # lazy, as `datasets` below: only a Hub id needs it
 
-    try:  # any HTTP answer, even an error status, means the Hub is reachable
+    try:  # an HTTP answer below 500, even an error status, means the Hub is reachable
         urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"),
                                timeout=HUB_PROBE_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
-        return
+    except urllib.error.HTTPError as err:
+        if err.code < 500:
+            return
+        raise SystemExit(f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) "
+                         f"answers HTTP {err.code}; offline, give a local folder, or set "
+                         "HF_HUB_OFFLINE=1 to read the copy in the datasets cache") from None
     except (OSError, ValueError) as err:  # URLError, timeouts, DNS, refused: no Hub
         reason = getattr(err, "reason", err)
         raise SystemExit(

@@ -17,12 +17,17 @@ CITATION = """@article{demin2026proactivebench,
   year    = {2026}
 }"""
 
-ABOUT = """ProactiveBench measures whether a multimodal model asks for help when an image does not hold
+INTRO = """ProactiveBench measures whether a multimodal model asks for help when an image does not hold
 enough to answer (\"move the occluder\", \"rotate the object\", \"add more strokes\", \"rewind the
 video\") instead of guessing. Each sample is a multi-turn environment whose frames run from an
-ambiguous first frame to a fully informative reference frame. This copy was rebuilt from the raw
+ambiguous first frame to a fully informative reference frame."""
+ABOUT = INTRO + """ This copy was rebuilt from the raw
 source datasets by the ProactiveBench builder; rows follow the upstream `*_preprocessed.jsonl`
 record semantics and carry their frames as images, so no loose files are needed."""
+# an import of the release (--import_upstream): its own records, not a rebuild
+IMPORTED = INTRO + """ This copy was imported from the
+upstream release's own records (its `test/` folder) by the ProactiveBench builder; rows keep
+upstream's ids and texts and carry their frames as images, so no loose files are needed."""
 
 
 def configs_block(configs: list[str], extra_configs: list[dict] | None = None,
@@ -48,12 +53,17 @@ def stand_ins_of(report: dict) -> dict[str, list[dict]]:
             if r.get("stand_ins")}
 
 
-def title(stand_ins: dict[str, list[dict]]) -> str:
+def imported(stamp: dict) -> bool:
+    return str(stamp.get("origin") or "").startswith("upstream")
+
+
+def title(stand_ins: dict[str, list[dict]], stamp: dict | None = None) -> str:
     """The card's name: it says when the build is not the benchmark, so that a toy build is
     never taken for it (on the Hub the name is what people see first)."""
     kinds = sorted({item["kind"] for items in stand_ins.values() for item in items})
     if not kinds:
-        return "ProactiveBench (rebuilt)"
+        return ("ProactiveBench (imported from the upstream release)" if imported(stamp or {})
+                else "ProactiveBench (rebuilt)")
     words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
     return ("ProactiveBench (rebuilt from " + " and ".join(words.get(k, k) for k in kinds)
             + "; not the benchmark)")
@@ -97,9 +107,10 @@ def render(report: dict, filters: dict, stamp: dict, extra_configs=None, train=N
     configs = [manifests[n]["config_name"] for n in names]
     licenses = sorted({f"{manifests[n]['dataset']}: {manifests[n]['license']}" for n in names})
     stand_ins = stand_ins_of({n: report[n] for n in names})
-    name = title(stand_ins)
+    name = title(stand_ins, stamp)
     lines = [front_matter(configs, licenses, extra_configs, files, name), f"# {name}", "",
-             ABOUT, "", *stand_in_lines(stand_ins, manifests), "## Configs and sizes", "",
+             IMPORTED if imported(stamp) else ABOUT, "", *stand_in_lines(stand_ins, manifests),
+             "## Configs and sizes", "",
              "| config | unfiltered pool | test (after filtering) | filter |",
              "|---|---|---|---|"]
     for n in names:

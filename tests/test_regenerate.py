@@ -245,7 +245,7 @@ def test_release_labels_writes_what_the_manifests_read(labelled_sources, capsys)
     # the miniature's own VSOD labels are not replaced unasked
     assert cli.main(["release_labels", "--release", release, "--sources_root", root]) == 2
     line = one_line(capsys.readouterr().err)
-    assert "proactivebench_vsod_labels.csv already exist" in line and "--overwrite" in line
+    assert "proactivebench_vsod_labels.csv already exists" in line and "--overwrite" in line
     assert not os.path.exists(os.path.join(root, "mvpn", "proactivebench_mvpn_class_names.yaml"))
     assert cli.main(["release_labels", "--release", release, "--sources_root", root,
                      "--overwrite"]) == 0
@@ -353,6 +353,17 @@ def test_an_empty_test_split_writes_no_shard_and_loads(tmp_path, built_miniature
         datasets.load_dataset(out, name="QuickDraw", split="test")
     assert cli.main(["validate", out]) == 0
     assert "OK:" in capsys.readouterr().out
+    # the runtime plays what each split holds: the pool of a config with no test rows too
+    from proactivebench_builder.runtime.cli import main as evaluate
+
+    results = tmp_path / "first_round.jsonl"
+    assert evaluate(["evaluate", "--data", out, "--model", "oracle", "--first-round-only",
+                     "--results", str(results)]) == 0
+    played = [json.loads(line)["config"] for line in results.read_text().splitlines()]
+    assert played.count("QuickDraw") == 60 and played.count("ImageNet-C") == 20
+    assert evaluate(["evaluate", "--data", out, "--model", "oracle", "--results",
+                     str(tmp_path / "test.jsonl")]) == 0
+    assert "ImageNet-C" in capsys.readouterr().out
     # a rebuild that empties a split removes the shard an earlier build wrote there
     keep.write_text(json.dumps({"QuickDraw": [], "ImageNet-C": []}))
     run(out, "/unused", "quickdraw,imagenet_c", f"--import_upstream={upstream}",

@@ -167,14 +167,15 @@ def release_labels_command(argv: list[str]) -> int:
             if fileio.exists(url) and fileio.read_bytes(url) != data and not args.overwrite:
                 clashes.append(url)
     if clashes and not args.dry_run:
-        raise UsageError(f"{', '.join(clashes)} already exist with other content; pass "
-                         "--overwrite to replace them (nothing was written)")
+        raise UsageError(f"{', '.join(clashes)} already {'exist' if len(clashes) > 1 else 'exists'}"
+                         " with other content; pass --overwrite to replace "
+                         f"{'them' if len(clashes) > 1 else 'it'} (nothing was written)")
 
     empty = []
     for name, labels in derived.items():
         print(f"{name}: " + "; ".join(labels.summary))
         for problem in labels.problems[:MAX_PROBLEMS_SHOWN]:
-            print(f"  skipped: {problem}")
+            print(f"  note: {problem}")
         if len(labels.problems) > MAX_PROBLEMS_SHOWN:
             print(f"  ... and {len(labels.problems) - MAX_PROBLEMS_SHOWN} more")
         if not labels.labels:

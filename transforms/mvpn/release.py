@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 
 import yaml
 
-from proactivebench_builder.core.vocabulary import format_category
+from proactivebench_builder.core.vocabulary import format_category, is_label
 
 PLACEHOLDER = re.compile(r"^product \d{4}$")
 
@@ -48,8 +48,9 @@ def names_from_records(records, classes: list[str]) -> tuple[dict[str, str], lis
     for line, record in records:
         answer = record.get("answer") if isinstance(record, dict) else None
         cls = class_of(record.get("image_template") if isinstance(record, dict) else None, known)
-        if not isinstance(answer, str) or not answer.strip() or cls is None:
-            problems.append(f"line {line}: no class folder in image_template or no answer")
+        if not is_label(answer) or cls is None:
+            problems.append(f"line {line}: no class folder in image_template, or no answer "
+                            "(one printable line)")
             continue
         answers[cls][answer.strip()] += 1
     names = {}
@@ -65,6 +66,15 @@ def names_from_records(records, classes: list[str]) -> tuple[dict[str, str], lis
                             f"{format_category(name)!r} (categories are shown capitalised, "
                             "with a final period)")
         names[cls] = name
+    shown: dict[str, list[str]] = defaultdict(list)
+    for cls, name in names.items():
+        shown[format_category(name)].append(cls)
+    for name, same in sorted(shown.items()):
+        if len(same) > 1:  # the build refuses two classes shown alike: keep neither
+            problems.append(f"classes {', '.join(same)} have one name, {name!r}; they keep "
+                            "their placeholders")
+            for cls in same:
+                del names[cls]
     return names, problems
 
 

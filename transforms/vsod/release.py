@@ -27,6 +27,8 @@ import re
 
 import yaml
 
+from proactivebench_builder.core.vocabulary import is_label
+
 PROMPT_TYPES = (
     ("number_of_people", re.compile(r"\b(how many|count|number of)\b", re.IGNORECASE)),
     ("speaker", re.compile(r"\b(who|whose|speak\w*|talk\w*|speech|voice)\b", re.IGNORECASE)),
@@ -76,13 +78,13 @@ def labels_from_records(records) -> tuple[list[dict], dict[str, list[str]], list
             continue
         segment, kind = segment_of(record.get("image_template")), question_type(record)
         answer, categories = record.get("answer"), record.get("categories")
-        if segment is None or kind is None or not isinstance(answer, str) or not answer.strip() \
+        if segment is None or kind is None or not is_label(answer) \
                 or not isinstance(categories, list):
             problems.append(f"line {line}: no segment folder in image_template, no question "
-                            "type, or no answer and categories")
+                            "type, or no answer (one printable line) and categories")
             continue
         vocabulary.setdefault(kind, set()).update(
-            _name(c) for c in categories + [answer] if isinstance(c, str) and c.strip())
+            _name(c) for c in categories + [answer] if is_label(c))
         try:
             record_id = int(record.get("id"))
         except (TypeError, ValueError):

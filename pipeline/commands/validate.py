@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections import defaultdict
 
 import pyarrow.parquet as pq
@@ -373,8 +374,7 @@ def load_problems(root: str) -> list[str]:
     first row: the card's configs and data files are resolved, and the Parquet reader reads,
     exactly as in a full load, without copying the whole build into an Arrow cache. (A 0-row
     shard once passed every other check and failed here: "BatchSize must be greater than 0".)"""
-    import tempfile
-
+    # lazy: importing `datasets` takes seconds, and the build's own final check never loads
     import datasets
 
     configs, problems = buildfolder.card_configs(root)
@@ -396,15 +396,10 @@ def load_problems(root: str) -> list[str]:
     return problems
 
 
-def validate_folder(path: str, decode_frames: bool = True, check_status: bool = True,
-                    load_with_datasets: bool = False) -> list[str]:
+def validate_folder(path: str, decode_frames: bool = True, check_status: bool = True) -> list[str]:
     """Human-readable problems of a built folder against the record contract ([] when none);
-    with `check_status`, first its build status and every shard's checksum (core.buildfolder);
-    with `load_with_datasets`, also every config loaded through `datasets` (`load_problems`)."""
-    problems = FolderValidator(path, decode_frames, check_status).run()
-    if load_with_datasets and not problems:
-        problems = load_problems(path.rstrip("/"))
-    return problems
+    with `check_status`, first its build status and every shard's checksum (core.buildfolder)."""
+    return FolderValidator(path, decode_frames, check_status).run()
 
 
 PROG = "run_pipeline.py validate"

@@ -130,7 +130,17 @@ def test_route_1_imports_the_release_and_checks_its_counts(tmp_path, release):
     assert sorted(vsod["id"]) == RELEASED[VSOD] and len(vsod) == 42
     assert len(datasets.load_dataset(out, name=VSOD, split="unfiltered")) == 42 + len(VSOD_EXTRA_IDS)
     assert report["stand_ins"] == {}  # the release's own records: nothing stands in
-    assert "not the benchmark" not in open(os.path.join(out, "README.md")).read()
+    card = open(os.path.join(out, "README.md")).read()
+    assert "not the benchmark" not in card
+    assert "pretty_name: ProactiveBench (imported from the upstream release)" in card
+    # then as the README goes on: validate, and play it
+    from proactivebench_builder.runtime.cli import main as evaluate
+
+    assert cli.main(["validate", out]) == 0
+    results = tmp_path / "oracle.jsonl"
+    assert evaluate(["evaluate", "--data", out, "--model", "oracle", "--results",
+                     str(results)]) == 0
+    assert len(results.read_text().splitlines()) == 88 + 42
 
 
 @pytest.mark.parametrize("damage, expected", [

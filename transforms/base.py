@@ -22,6 +22,8 @@ import random
 import sys
 from typing import ClassVar, Iterable, Iterator
 
+import yaml
+
 from proactivebench_builder.core import fileio, manifests, results, vocabulary
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
@@ -279,6 +281,17 @@ class Scenario:
         """A source text file (metadata, CSV, labels) checked like `read_source`; a UTF-8 BOM
         is dropped."""
         return self.read_source(url).decode("utf-8-sig")
+
+    def read_source_yaml(self, url: str, needed_for: str):
+        """A YAML file of the source folder (e.g. labels `release_labels` wrote there), checked
+        like `read_source_text` and parsed safely; a SourceError naming it when it cannot be
+        (every item needs it: the build's one configuration error)."""
+        self.require_inside_root(url, needed_for)
+        try:
+            return yaml.safe_load(self.read_source_text(url))
+        except (yaml.YAMLError, UnicodeDecodeError, BadItem) as err:
+            raise SourceError(f"{self.name}: {self.relative(url)} is not readable YAML "
+                              f"({needed_for}): {err}") from None
 
     def list_source(self, folder: str) -> list[str]:
         """`fileio.list_names` of a source folder, once checked to resolve inside the source

@@ -8,8 +8,6 @@ import pickle
 import posixpath
 import re
 
-import yaml
-
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.manifests import ManifestError
@@ -125,16 +123,11 @@ class MVPN(Scenario):
         url = self.release_names_url()
         if not fileio.exists(url):
             return self.placeholder_names()
-        where = self.relative(url)
-        self.require_inside_root(url, "the class names of every sample")
-        try:
-            table = yaml.safe_load(self.read_source_text(url))
-        except (yaml.YAMLError, UnicodeDecodeError, BadItem) as err:
-            raise SourceError(f"mvpn: {where} is not a class-name table: {err}") from None
+        table = self.read_source_yaml(url, "the class names of every sample")
         if not isinstance(table, dict) or not all(
                 isinstance(v, str) and v.strip() for v in table.values()):
-            raise SourceError(f"mvpn: {where} must map each class folder to a name (derive it "
-                              "with run_pipeline.py release_labels)")
+            raise SourceError(f"mvpn: {self.relative(url)} must map each class folder to a name "
+                              "(derive it with run_pipeline.py release_labels)")
         return {str(k): v for k, v in table.items()}
 
     def placeholder_names(self) -> dict[str, str]:

@@ -8,8 +8,6 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
-import yaml
-
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
@@ -261,16 +259,11 @@ class VSOD(Scenario):
         url = self.vocabulary_url()
         if not fileio.exists(url):
             return self.manifest["categories"]
-        where = self.relative(url)
-        self.require_inside_root(url, "the answer vocabulary of every label")
-        try:
-            table = yaml.safe_load(self.read_source_text(url))
-        except (yaml.YAMLError, UnicodeDecodeError, BadItem) as err:
-            raise SourceError(f"vsod: {where} is not an answer vocabulary: {err}") from None
+        table = self.read_source_yaml(url, "the answer vocabulary of every label")
         if not isinstance(table, dict) or not all(
                 k in QUESTION_TYPES and isinstance(v, list) and all(isinstance(a, str) for a in v)
                 for k, v in table.items()):
-            raise SourceError(f"vsod: {where} must map question types {QUESTION_TYPES} to lists "
+            raise SourceError(f"vsod: {self.relative(url)} must map question types {QUESTION_TYPES} to lists "
                               "of answers (derive it with run_pipeline.py release_labels)")
         return table
 

@@ -46,6 +46,9 @@ class BuildConfig:
       from it (`keep_ids`: rows keep upstream's ids);
     - `stamp`: the reproducibility stamp of the card and build.json;
     - `update`: the plan of a partial rebuild (pipeline.partial_rebuild), None for a full build;
+    - `stand_ins`: scenario -> what in its part of the build stands in for the benchmark's own
+      data, [{"kind": "miniature" | "placeholders", "what": one line}] (build.json and the card
+      say it; `publish --repo_id` refuses it unless told);
     - `progress_dir`: where DoFns report progress (a local run's temporary folder), or None;
     - `failures_dir`: where DoFns record a typed failure for the launcher (pipeline.failures)."""
     seed: int
@@ -62,6 +65,7 @@ class BuildConfig:
     keep_ids: bool = False
     stamp: dict = field(default_factory=dict)
     update: dict | None = None
+    stand_ins: dict = field(default_factory=dict)
     progress_dir: str | None = None
     failures_dir: str | None = None
 

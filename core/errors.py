@@ -5,7 +5,8 @@ its one-line message by the type (`core.cli.run_command`), never by matching the
 - `CommandError` and its kinds, each with its exit code and the word that opens its line:
   `SourceError` (exit 2): a source root as a whole is missing or unusable, not a single bad item;
   `BuildFailed` (exit 2): the build ran but its output must not be trusted; `OutputError`
-  (exit 1): the output could not be written (a full disk, permissions); `FolderLocked` (exit 3):
+  (exit 1): the output could not be written (a full disk, permissions); `MissingPackage` (exit
+  2): an optional package is not installed (it names what to install); `FolderLocked` (exit 3):
   another build holds the output folder.
 - `BadItem`: one raw item cannot become a sample; it becomes a dead letter, never an exit.
 
@@ -68,6 +69,13 @@ class OutputError(CommandError):
         where = err.filename or ""
         text = f"{err.strerror or os.strerror(err.errno)} (errno {err.errno})"
         return cls(text + (f": {where}" if where else ""))
+
+
+class MissingPackage(CommandError):
+    """An optional package the run needs is not installed (e.g. s3fs for s3:// URLs); the
+    message names what to install."""
+    exit_code = 2
+    prefix = "FAILED"
 
 
 class FolderLocked(CommandError):

@@ -13,6 +13,8 @@ import uuid
 
 import fsspec
 
+from proactivebench_builder.core.errors import MissingPackage
+
 # Local paths skip fsspec: its open() costs ~0.1 ms per file, which adds up over ~100k frames
 # read twice and exported once. Any URL with a scheme (gs://, memory://, file://) goes
 # through fsspec as before.
@@ -29,9 +31,26 @@ def local_path(url: str) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
+# fsspec protocols whose filesystem is an optional package, and the extra that installs it
+_BACKENDS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"),
+             "gcs": ("gcsfs", "gcs")}
+
+
 def filesystem(url: str):
-    """(filesystem, path inside it) for a URL or a local path."""
-    fs, path = fsspec.core.url_to_fs(url)
+    """(filesystem, path inside it) for a URL or a local path. A URL whose filesystem package
+    is not installed is one line naming what to install (fsspec raises an ImportError deep in
+    its registry, which would otherwise end every command in a long traceback)."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except ImportError as err:
+        protocol = url.split("://", 1)[0].lower()
+        package, extra = _BACKENDS.get(protocol, (None, None))
+        if package:
+            raise MissingPackage(f"{protocol}:// URLs need the {package} package, which is not "
+                                 f"installed: pip install -e \".[{extra}]\" (from the "
+                                 f"repository; or pip install {package})") from None
+        raise MissingPackage(f"{protocol}:// URLs need a package that is not installed: "
+                             f"{err}") from None
     return fs, path
 
 
@@ -100,6 +119,19 @@ def exists(url: str) -> bool:
 def is_dir(url: str) -> bool:
     fs, path = filesystem(url)
     return fs.isdir(path)
+
+
+def folder_exists(url: str) -> bool:
+    """Whether `url` is a folder, telling "no such folder" (False) from "could not ask": a
+    remote store that cannot be reached (no network, no credentials) raises the store's error,
+    where `is_dir` would answer False and a missing folder would be blamed."""
+    if is_local(url):
+        return os.path.isdir(local_path(url))
+    fs, path = filesystem(url)
+    try:
+        return fs.info(path).get("type") == "directory"
+    except FileNotFoundError:
+        return False
 
 
 def list_names(url: str) -> list[str]:

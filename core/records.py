@@ -148,11 +148,20 @@ MESSAGE_TYPE = pa.struct([
     ("role", pa.string()),
     ("content", pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))),
 ])
+# the released split's per-key confidence changes: a list of {key, value}
+DELTA_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.float32())]))
+# The released train split's columns, in its order, then ours. `qwen_conf` ... `llava_delta`
+# are first-round confidences of the two post-trained models (unpublished definition; filled
+# from train predictions that carry them, filters/predictions.py, else null).
 _TRAIN_ARROW_FIELDS = [
     ("prompt", pa.list_(MESSAGE_TYPE)),
     ("ground_truth", pa.string()),
     ("proactive_actions", pa.list_(pa.string())),
     ("options", pa.list_(pa.string())),
+    ("qwen_conf", pa.float32()),
+    ("qwen_delta", DELTA_TYPE),
+    ("llava_conf", pa.float32()),
+    ("llava_delta", DELTA_TYPE),
     ("images", pa.list_(IMAGE_TYPE)),
     ("key", pa.string()),
     ("config", pa.string()),
@@ -169,6 +178,10 @@ TRAIN_HF_FEATURES = {
     "ground_truth": _value("string"),
     "proactive_actions": _sequence(_value("string")),
     "options": _sequence(_value("string")),
+    "qwen_conf": _value("float32"),
+    "qwen_delta": _sequence({"key": _value("string"), "value": _value("float32")}),
+    "llava_conf": _value("float32"),
+    "llava_delta": _sequence({"key": _value("string"), "value": _value("float32")}),
     "images": _sequence({"_type": "Image"}),
     "key": _value("string"),
     "config": _value("string"),

@@ -57,6 +57,16 @@ def format_category(name: str) -> str:
     return name.strip().capitalize() + "."
 
 
+MAX_LABEL_CHARS = 200
+
+
+def is_label(text) -> bool:
+    """A label read from untrusted records (a category, an answer): one printable line of
+    reasonable length."""
+    return (isinstance(text, str) and 0 < len(text.strip()) <= MAX_LABEL_CHARS
+            and text.isprintable())
+
+
 # ---- keyword tables ------------------------------------------------------------------------------
 
 def keyword_table(plays) -> dict[str, str]:

@@ -8,7 +8,11 @@ shift thresholds.
 
 Keep-list mode keeps exactly the listed upstream ids. Upstream ids only name upstream's samples,
 so it applies only to a pool imported from an upstream release (`--import_upstream`); a freshly
-built pool, whose ids mean other samples, is refused.
+built pool, whose ids mean other samples, is refused. With `released` (the published keep-list)
+each config must keep exactly as many samples as the release does (88 / 42 / 2,591 / 1,095 /
+2,105 / 396 / 1,240): the driver checks the release's ids before any work
+(`released_count_problems`), and the pool step checks what was built (a record of the release
+that became a dead letter, e.g. a frame missing because an archive was not unzipped).
 
 Both run inside the per-scenario pool step, so they work the same on every runner.
 """
@@ -70,6 +74,27 @@ def load_keep_list(spec: str) -> dict[str, set[int]]:
     return {config: {int(i) for i in ids} for config, ids in data.items()}
 
 
+def released_counts() -> dict[str, int]:
+    """config -> how many samples the published keep-list keeps (7,557 in all)."""
+    return {config: len(ids) for config, ids in load_keep_list(RELEASED).items()}
+
+
+def count_kept(config: str, records) -> int:
+    """How many samples the released keep-list keeps among `records` ((id, strong_occlusions)
+    pairs of one config): listed ids, each once, less the clips upstream's loader skips."""
+    listed = load_keep_list(RELEASED).get(config, set())
+    return len({i for i, strong in records if i in listed and strong is not False})
+
+
+def released_count_problem(config: str, kept: int, what: str = "keeps") -> str | None:
+    """'MVP-N: 2,590 samples kept where the release keeps 2,591', or None when they agree (or
+    the config is not one of the release's)."""
+    expected = released_counts().get(config)
+    if expected is None or kept == expected:
+        return None
+    return f"{config}: {what} {kept:,} samples where the release keeps {expected:,}"
+
+
 def select(scenario: str, config: str, rows: list[dict], values: list,
            settings: Selection, required: list[str] | None = None) -> tuple[set[str], dict]:
     """`required`: the keys every model must have answered (default: every row's)."""
@@ -92,6 +117,15 @@ def _select_by_keep_list(config, rows, values, settings):
     by_id = {r["id"]: r["key"] for r in rows}
     kept = {by_id[i] for i in listed if i in by_id}
     missing = sorted(listed - set(by_id))
+    if settings.keep_list == RELEASED:
+        # the driver checked the release's records; here what the build made of them: a record
+        # that became a dead letter (a frame missing, say) must not shrink the split unseen
+        strong = {r["key"] for r in rows if r.get("strong_occlusions") is not False}
+        problem = released_count_problem(config, len(kept & strong), "the build keeps")
+        if problem:
+            raise KeepListError(f"{problem} ({len(missing)} listed ids are not in the pool: "
+                                "see reports/dead_letters.jsonl for the records that could not "
+                                "be read)")
     return kept, {"mode": KEEP_LIST, "keep_list": settings.keep_list, "before": len(rows),
                   "after": len(kept), "listed": len(listed), "missing_ids": missing}
 

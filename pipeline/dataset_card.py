@@ -17,41 +17,87 @@ CITATION = """@article{demin2026proactivebench,
   year    = {2026}
 }"""
 
-ABOUT = """ProactiveBench measures whether a multimodal model asks for help when an image does not hold
+INTRO = """ProactiveBench measures whether a multimodal model asks for help when an image does not hold
 enough to answer (\"move the occluder\", \"rotate the object\", \"add more strokes\", \"rewind the
 video\") instead of guessing. Each sample is a multi-turn environment whose frames run from an
-ambiguous first frame to a fully informative reference frame. This copy was rebuilt from the raw
+ambiguous first frame to a fully informative reference frame."""
+ABOUT = INTRO + """ This copy was rebuilt from the raw
 source datasets by the ProactiveBench builder; rows follow the upstream `*_preprocessed.jsonl`
 record semantics and carry their frames as images, so no loose files are needed."""
+# an import of the release (--import_upstream): its own records, not a rebuild
+IMPORTED = INTRO + """ This copy was imported from the
+upstream release's own records (its `test/` folder) by the ProactiveBench builder; rows keep
+upstream's ids and texts and carry their frames as images, so no loose files are needed."""
 
 
-def configs_block(configs: list[str], extra_configs: list[dict] | None = None) -> list[dict]:
+def configs_block(configs: list[str], extra_configs: list[dict] | None = None,
+                  files: list[dict] | None = None) -> list[dict]:
+    """One entry per config with a `data_files` entry per split. Given the build's `files`, a
+    split without rows is left out (`datasets` cannot load a 0-row shard, and no shard is
+    written for it), and a config without any rows is left out altogether."""
     entries = list(extra_configs or [])
+    present = None if files is None else {(f["config"], f["split"]) for f in files}
     for config in configs:
-        entries.append({
-            "config_name": config,
-            "data_files": [
-                {"split": TEST, "path": split_glob(TEST, config)},
-                {"split": UNFILTERED, "path": split_glob(UNFILTERED, config)},
-            ],
-        })
+        data_files = [{"split": split, "path": split_glob(split, config)}
+                      for split in (TEST, UNFILTERED)
+                      if present is None or (config, split) in present]
+        if data_files:
+            entries.append({"config_name": config, "data_files": data_files})
     return entries
 
 
+def stand_ins_of(report: dict) -> dict[str, list[dict]]:
+    """scenario -> what in its part of the build stands in for the real benchmark (miniature
+    sources, placeholder labels), as build.json records it per scenario."""
+    return {n: list(r.get("stand_ins") or []) for n, r in sorted(report.items())
+            if r.get("stand_ins")}
+
+
+def imported(stamp: dict) -> bool:
+    return str(stamp.get("origin") or "").startswith("upstream")
+
+
+def title(stand_ins: dict[str, list[dict]], stamp: dict | None = None) -> str:
+    """The card's name: it says when the build is not the benchmark, so that a toy build is
+    never taken for it (on the Hub the name is what people see first)."""
+    kinds = sorted({item["kind"] for items in stand_ins.values() for item in items})
+    if not kinds:
+        return ("ProactiveBench (imported from the upstream release)" if imported(stamp or {})
+                else "ProactiveBench (rebuilt)")
+    words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
+    return ("ProactiveBench (rebuilt from " + " and ".join(words.get(k, k) for k in kinds)
+            + "; not the benchmark)")
+
+
 def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
-                 files=None) -> str:
+                 files=None, name: str = "ProactiveBench (rebuilt)") -> str:
     meta = {
-        "pretty_name": "ProactiveBench (rebuilt)",
+        "pretty_name": name,
         "license": "other",
         "license_details": "; ".join(licenses),
         "language": ["en"],
         "task_categories": ["visual-question-answering"],
         "tags": ["proactive", "multimodal", "benchmark"],
-        "configs": configs_block(configs, extra_configs),
+        "configs": configs_block(configs, extra_configs, files),
     }
     if files:
         meta["dataset_info"] = dataset_info(files)
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def stand_in_lines(stand_ins: dict[str, list[dict]], manifests: dict) -> list[str]:
+    if not stand_ins:
+        return []
+    lines = ["## Not the benchmark", "",
+             "Parts of this build stand in for data the real benchmark has, so its rows are "
+             "not ProactiveBench's and its scores are not comparable with the paper's:", ""]
+    configs_of: dict[str, list[str]] = {}  # one line per stand-in, naming every config it hits
+    for name, items in stand_ins.items():
+        for item in items:
+            configs_of.setdefault(item["what"], []).append(manifests[name]["config_name"])
+    for what, configs in configs_of.items():
+        lines.append(f"- {', '.join(configs)}: {what}")
+    return lines + [""]
 
 
 def render(report: dict, filters: dict, stamp: dict, extra_configs=None, train=None,
@@ -60,14 +106,21 @@ def render(report: dict, filters: dict, stamp: dict, extra_configs=None, train=N
     manifests = {n: manifest_of(n) for n in names}
     configs = [manifests[n]["config_name"] for n in names]
     licenses = sorted({f"{manifests[n]['dataset']}: {manifests[n]['license']}" for n in names})
-    lines = [front_matter(configs, licenses, extra_configs, files), "# ProactiveBench (rebuilt)", "",
-             ABOUT, "", "## Configs and sizes", "",
+    stand_ins = stand_ins_of({n: report[n] for n in names})
+    name = title(stand_ins, stamp)
+    lines = [front_matter(configs, licenses, extra_configs, files, name), f"# {name}", "",
+             IMPORTED if imported(stamp) else ABOUT, "", *stand_in_lines(stand_ins, manifests),
+             "## Configs and sizes", "",
              "| config | unfiltered pool | test (after filtering) | filter |",
              "|---|---|---|---|"]
     for n in names:
         r = report[n]
         mode = filters.get(n, {}).get("mode", "none")
         lines.append(f"| {r['config']} | {r['samples']} | {r['kept']} | {mode} |")
+    empty = [report[n]["config"] for n in names if not report[n]["kept"]]
+    if empty:
+        lines += ["", "No test rows in " + ", ".join(empty) + ": the `test` split is left out "
+                  "of their `configs:` entries (a config with no rows at all is left out)."]
     if train and train.get("rows"):
         mix = ", ".join(f"{c}: {m.get('ambiguous', 0)} ambiguous / {m.get('unambiguous', 0)} "
                         f"unambiguous" for c, m in sorted(train.get("mix", {}).items()))

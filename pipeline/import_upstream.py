@@ -29,6 +29,32 @@ def present_configs(folder: str, config_to_scenario: dict) -> list[str]:
             if fileio.exists(fileio.join(folder, jsonl_name(c)))]
 
 
+# The released JSONL files are 41 kB to 2.5 MB; the driver reads their ids before any work, so a
+# file far beyond that is refused rather than read (it is not the release).
+MAX_DRIVER_JSONL_BYTES = 256 << 20
+
+
+def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
+    """(id, strong_occlusions) of every readable record of `<config>_preprocessed.jsonl`, read
+    in the driver (before any work) to check the release's counts. A line that is not a record
+    with an integer id is skipped here: the build makes it a dead letter."""
+    url = fileio.join(folder, jsonl_name(config))
+    fs, path = fileio.filesystem(url)
+    size = fs.size(path)
+    if size is not None and size > MAX_DRIVER_JSONL_BYTES:
+        raise ValueError(f"{url}: {size:,} bytes, far more than a released JSONL file "
+                         f"(at most {MAX_DRIVER_JSONL_BYTES:,} bytes are read)")
+    found = []
+    with fs.open(path, "rb") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+                found.append((int(record["id"]), record.get("strong_occlusions")))
+            except (ValueError, KeyError, TypeError):  # (json's errors are ValueErrors)
+                continue
+    return found
+
+
 def fingerprint(folder: str, configs: list[str]) -> str:
     """Identifies the imported release: sha256 over its JSONL files."""
     digest = hashlib.sha256()

@@ -88,6 +88,8 @@ class WriteReports(beam.DoFn):
         output = c.output
         scenarios = sorted(c.scenarios)
         report = summarize(values, scenarios)
+        for name in scenarios:  # what stands in for the benchmark's data (card, publish)
+            report[name]["stand_ins"] = list(c.stand_ins.get(name, ()))
         dead = [v.as_dict() for v in values if isinstance(v, results.DeadLetter)]
         shards = [v for v in values if isinstance(v, results.ShardWritten)]
         filters = {v.scenario: v.filter for v in values if isinstance(v, results.PoolReport)}
@@ -114,14 +116,16 @@ class WriteReports(beam.DoFn):
         for config, by_id in sorted(lines.items()):
             upstream_export.write_jsonl(output, config, by_id)
 
-        self._remove_stale_shards(output, shards)
+        rebuilt = [config for config, n in c.config_to_scenario.items() if n in c.scenarios]
+        self._remove_stale_shards(output, shards, rebuilt)
         fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT),
                                   _json({"settings": c.selection.as_dict(), "scenarios": filters}))
         files = sorted(files, key=lambda f: f["path"])
         # "building" until the launcher has checked the build and records "ok" or "failed"
         # (core.buildfolder): nothing trusts a folder whose build did not get that far
         build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
-                 "upstream_export": bool(c.export_upstream), "status": "building"}
+                 "upstream_export": bool(c.export_upstream), "status": "building",
+                 "stand_ins": dataset_card.stand_ins_of(report)}
         extra_configs = []
         if train is not None:
             build["train"] = train
@@ -134,11 +138,13 @@ class WriteReports(beam.DoFn):
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         return build
 
-    def _remove_stale_shards(self, output: str, shards: list) -> None:
+    def _remove_stale_shards(self, output: str, shards: list, rebuilt=()) -> None:
         """A previous build may have written a different number of shards; leftovers would be
-        read by `load_dataset`'s glob, so every shard file not written now is removed."""
+        read by `load_dataset`'s glob, so every shard file not written now is removed (also
+        from a rebuilt config's split that is empty now, which has no shard)."""
         written = {s.path for s in shards}
         folders = {(s.split, s.config) for s in shards}
+        folders |= {(split, config) for config in rebuilt for split in (TEST, UNFILTERED)}
         for split, config in folders:
             folder = split_folder(output, split, config)
             for name in fileio.list_names(folder):

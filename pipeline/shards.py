@@ -83,14 +83,15 @@ class AssignIdsAndShards(beam.DoFn):
         splits = [(UNFILTERED, rows)] if same else [
             (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
         for split, split_rows in splits:
+            # An empty split gets no shard: `datasets` cannot load a 0-row Parquet file
+            # ("BatchSize must be greater than 0"); the card leaves the split out instead.
             plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, name)
-            progress.report(self.config.progress_dir, progress.PLANNED, name,
-                            max(1, len(set(plan.values()))))
+            if plan:
+                progress.report(self.config.progress_dir, progress.PLANNED, name,
+                                len(set(plan.values())))
             for row in split_rows:
                 index, count = plan[row["key"]]
                 yield results.ShardRow(results.ShardKey(split, name, index, count, same), row)
-            if not split_rows:  # an empty split still gets its (empty) shard, as the card lists it
-                yield results.ShardRow(results.ShardKey(split, name, 0, 1, same), None)
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)

@@ -16,10 +16,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from proactivebench_builder.core import results
+import pyarrow.parquet as pq
+
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import TRAIN, TRAIN_CONFIG, shard_url
 from proactivebench_builder.core.records import train_arrow_schema
+from proactivebench_builder.filters.predictions import train_confidences
 from proactivebench_builder.pipeline.scenarios import train_scenario
 from proactivebench_builder.pipeline.writers import shard_plan, write_parquet
 
@@ -43,16 +46,32 @@ def train_shard_rows(examples):
         yield results.ShardRow(results.ShardKey(TRAIN, "", index, count, False), value)
 
 
+_CONFIDENCES: dict = {}  # predictions URL -> its train rows' columns, read once per process
+
+
+def confidences_for(config: BuildConfig) -> dict:
+    """(config, key) -> the released confidence columns the build's predictions give (checked
+    in the driver before any work); {} without predictions."""
+    url = config.selection.predictions
+    if not url:
+        return {}
+    if url not in _CONFIDENCES:
+        _CONFIDENCES[url] = train_confidences(url)
+    return _CONFIDENCES[url]
+
+
 def write_train_shard(config: BuildConfig, index: int, count: int,
                       values) -> results.ShardWritten:
     """Render the frames of one train shard's examples and write it; its shard info."""
     values = sorted(values, key=lambda v: v.key)
+    confidences = confidences_for(config)
 
     def rows():
         for value in values:
             row = value.row
             data = train_scenario(value.name, config).load_frame(row["image_ref"])
-            yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}])
+            yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}],
+                       **confidences.get((row["config"], row["key"]), {}))
 
     url = shard_url(config.output, TRAIN, TRAIN_CONFIG, index, count)
     written = write_parquet(url, rows(), train_arrow_schema(), 200)
@@ -60,6 +79,23 @@ def write_train_shard(config: BuildConfig, index: int, count: int,
     return results.ShardWritten(TRAIN, TRAIN_CONFIG, TRAIN, url, written["rows"],
                                 written["bytes"], written["sha256"],
                                 mix=_mix(v.row for v in values))
+
+
+def unused_confidences(output: str, files: list[dict], url: str) -> list[tuple[str, str]]:
+    """(config, key) of the train predictions that name no example of the written train split
+    (read from its shards' key columns): the driver reports them, as nothing is dropped
+    silently."""
+    wanted = set(train_confidences(url))
+    if not wanted:
+        return []
+    for f in files:
+        if f.get("split") != TRAIN:
+            continue
+        fs, path = fileio.filesystem(fileio.join(output, f["path"]))
+        with fs.open(path, "rb") as handle:
+            table = pq.read_table(handle, columns=["config", "key"])
+        wanted -= set(zip(table.column("config").to_pylist(), table.column("key").to_pylist()))
+    return sorted(wanted)
 
 
 def _mix(rows) -> dict:

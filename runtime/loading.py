@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import sys
+import urllib.error
+import urllib.request
 from typing import Iterator
 
 import pyarrow.parquet as pq
@@ -55,6 +57,40 @@ def check_data(data: str) -> None:
     elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
           or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
         raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
+    else:
+        check_hub(data)
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_hub(dataset_id: str) -> None:
+    """A Hub id needs the Hub: asked once, briefly, before any work, so that no network fails
+    fast in one line naming offline use (`datasets` would retry for ~50 s and end in a long
+    traceback). With HF_HUB_OFFLINE=1 the datasets cache answers instead (not probed)."""
+    if hub_offline():
+        return
+    from huggingface_hub import constants  # lazy, as `datasets` below: only a Hub id needs it
+
+    try:  # an HTTP answer below 500, even an error status, means the Hub is reachable
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"),
+                               timeout=HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError as err:
+        if err.code < 500:
+            return
+        raise SystemExit(f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) "
+                         f"answers HTTP {err.code}; offline, give a local folder, or set "
+                         "HF_HUB_OFFLINE=1 to read the copy in the datasets cache") from None
+    except (OSError, ValueError) as err:  # URLError, timeouts, DNS, refused: no Hub
+        reason = getattr(err, "reason", err)
+        raise SystemExit(
+            f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
+            f"reached ({reason}); offline, give a local folder (a build, or the release's "
+            "test/ folder), or set HF_HUB_OFFLINE=1 to read the copy in the datasets cache")
 
 
 def sample_fingerprint(row: dict) -> str:
@@ -79,8 +115,11 @@ def configs_in(data: str) -> list[str]:
         if is_upstream_layout(data):
             return sorted(os.path.basename(p)[:-len(UPSTREAM_SUFFIX)]
                           for p in glob.glob(os.path.join(data, "*" + UPSTREAM_SUFFIX)))
-        return sorted(name for name in os.listdir(data) if name not in NOT_CONFIGS
-                      and glob.glob(os.path.join(data, name, "*.parquet")))
+        # a config whose test split is empty has shards in its pool only (no 0-row shard)
+        return sorted(name for name in set(os.listdir(data)) | set(_names(data, UNFILTERED))
+                      if name not in NOT_CONFIGS and any(
+                          glob.glob(os.path.join(split_folder(data, split, name), "*.parquet"))
+                          for split in PARQUET_SPLITS))
     try:
         import datasets
         return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
@@ -88,6 +127,11 @@ def configs_in(data: str) -> list[str]:
         print(f"evaluate: could not list the configs of {data!r} ({type(err).__name__}: {err}); "
               "trying every registered config", file=sys.stderr)
         return transforms.known_configs()
+
+
+def _names(data: str, folder: str) -> list[str]:
+    path = os.path.join(data, folder)
+    return os.listdir(path) if os.path.isdir(path) else []
 
 
 def available_configs(data: str) -> list[str]:
@@ -124,7 +168,19 @@ def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[d
 
 def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator[dict]:
     import datasets
-    yield from datasets.load_dataset(dataset_id, name=config, split=split)
+    try:
+        rows = datasets.load_dataset(dataset_id, name=config, split=split)
+    except ValueError as err:
+        if "Unknown split" in str(err):  # the config has no rows in this split: the card
+            return                       # leaves an empty split out (datasets' own wording)
+        raise
+    except (ConnectionError, OSError) as err:  # e.g. offline and not in the datasets cache
+        text = (str(err).splitlines() or [""])[0]
+        raise SystemExit(f"--data {dataset_id}: cannot load {config} ({text})"
+                         + ("; HF_HUB_OFFLINE=1 reads only what the datasets cache holds: "
+                            "load it once online, or give a local folder" if hub_offline()
+                            else "")) from None
+    yield from rows
 
 
 def fill_template(record: dict, config: str, image_id: int) -> str:

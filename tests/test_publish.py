@@ -49,6 +49,8 @@ def own_checks_only(monkeypatch):
     contract of every row is the `validate` command's, with its own tests, and
     `test_the_validate_command_is_consulted` checks that the publish command calls it."""
     monkeypatch.setattr(publish_command, "record_contract", lambda folder: [])
+    # the miniature build is marked as such; refusing it has its own test (test_regenerate.py)
+    monkeypatch.setattr(publish_command, "stand_ins", lambda folder: {})
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ def built(built_miniature, tmp_path) -> str:
 def no_network(request, monkeypatch, tmp_path):
     # the record contract has its own tests (test_validate.py)
     monkeypatch.setattr(publish_command, "record_contract", lambda folder: [])
+    monkeypatch.setattr(publish_command, "stand_ins", lambda folder: {})  # test_regenerate.py
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token-file"))
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     if request.param == "offline mode":

@@ -13,6 +13,7 @@ produced by `load_frame` only in the stage that writes them.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -20,6 +21,8 @@ import posixpath
 import random
 import sys
 from typing import ClassVar, Iterable, Iterator
+
+import yaml
 
 from proactivebench_builder.core import fileio, manifests, results, vocabulary
 from proactivebench_builder.core.errors import BadItem, ScenarioError, SourceError
@@ -30,6 +33,18 @@ from proactivebench_builder.core.records import empty_row
 from proactivebench_builder.core.seeding import rng_for
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
+
+
+@dataclasses.dataclass
+class ReleaseLabels:
+    """What a scenario derives from the upstream release's records (`labels_from_release`):
+    `files` (a file name relative to its source folder -> its bytes, in the format the scenario
+    reads), `labels` (how many labels the records gave), `summary` lines for the user, and
+    `problems`: records that gave no label or disagree, one line each."""
+    files: dict
+    labels: int
+    summary: list
+    problems: list
 
 
 class Scenario:
@@ -128,6 +143,24 @@ class Scenario:
     def write_miniature(cls, root: str, seed: int = 0) -> None:
         """Write a small deterministic copy of the source's real on-disk layout under `root`."""
         raise NotImplementedError
+
+    # ---- labels the raw source lacks (optional) ----------------------------------------------
+
+    def placeholders(self) -> list[str]:
+        """What a build from this source would hold in place of the benchmark's own labels (one
+        line each, e.g. placeholder class names); [] when nothing. Asked in the driver before
+        any work; build.json and the card record it, and `publish` refuses it on the Hub."""
+        return []
+
+    @classmethod
+    def labels_from_release(cls, records: list[tuple[int, dict]],
+                            source: str = "") -> "ReleaseLabels | None":
+        """The labels this scenario needs that exist only in the upstream release's records
+        ((line number, parsed line) of its `<config>_preprocessed.jsonl`: untrusted, any
+        shape; `source` names the file for the provenance the files record), as a
+        `ReleaseLabels` whose files go into its source folder; None when the raw source holds
+        every label it needs. `run_pipeline.py release_labels` calls it."""
+        return None
 
     # ---- the train split (optional: scenarios without one return no units) ----------------
 
@@ -254,6 +287,17 @@ class Scenario:
         """A source text file (metadata, CSV, labels) checked like `read_source`; a UTF-8 BOM
         is dropped."""
         return self.read_source(url).decode("utf-8-sig")
+
+    def read_source_yaml(self, url: str, needed_for: str):
+        """A YAML file of the source folder (e.g. labels `release_labels` wrote there), checked
+        like `read_source_text` and parsed safely; a SourceError naming it when it cannot be
+        (every item needs it: the build's one configuration error)."""
+        self.require_inside_root(url, needed_for)
+        try:
+            return yaml.safe_load(self.read_source_text(url))
+        except (yaml.YAMLError, UnicodeDecodeError, BadItem) as err:
+            raise SourceError(f"{self.name}: {self.relative(url)} is not readable YAML "
+                              f"({needed_for}): {err}") from None
 
     def list_source(self, folder: str) -> list[str]:
         """`fileio.list_names` of a source folder, once checked to resolve inside the source

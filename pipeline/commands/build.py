@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions)
 
 from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.cli import stop_reason
@@ -32,7 +33,8 @@ from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.beam_flags import (
     check_runner_name, parse_build_flags)
 from proactivebench_builder.pipeline.commands.configure import build_config, check_sources
-from proactivebench_builder.pipeline.commands.output_folder import check_output_folder
+from proactivebench_builder.pipeline.commands.output_folder import (
+    check_output_folder, check_reachable)
 from proactivebench_builder.pipeline.commands.tables import filter_table, summary_table
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.pipeline.folder_lock import BuildLock
@@ -41,6 +43,7 @@ from proactivebench_builder.pipeline.local_runs import (
     worker_failures_reported_once)
 from proactivebench_builder.pipeline.options import BuildOptions
 from proactivebench_builder.pipeline.plots import write_build_plots
+from proactivebench_builder.pipeline.train import unused_confidences
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -90,6 +93,11 @@ def run_build(argv: list[str]) -> dict:
         raise UsageError("--record writes the lock files --verify_sources compares: give both")
     check_runner_name(options.view_as(StandardOptions).runner)
     check_output_folder(opts.output)  # numeric flags are range-checked by their argparse types
+    for flag, url in (("--temp_location", options.view_as(GoogleCloudOptions).temp_location),
+                      ("--staging_location",
+                       options.view_as(GoogleCloudOptions).staging_location)):
+        if url and not fileio.is_local(url):  # Dataflow stages here first: offline, say so
+            check_reachable(flag, url)
     config = build_config(opts, argv)
     if opts.verify_sources:
         check_sources(config, record=opts.record)
@@ -152,6 +160,13 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
         filters = json.loads(fileio.read_bytes(fileio.join(output, FILTER_REPORT)))
         check_filter_errors(filters["scenarios"], output)
     print(summary_table(report["scenarios"]))
+    if config.selection.predictions and config.train_sources:
+        unused = unused_confidences(output, report.get("files", []),
+                                    config.selection.predictions)
+        if unused:
+            LOG.warning("%d train predictions name no example of the train split, e.g. %s: "
+                        "their confidences were not used", len(unused),
+                        ", ".join("/".join(u) for u in unused[:3]))
     if filters:
         print(filter_table(filters["scenarios"]))
     write_build_plots(output)

@@ -15,14 +15,18 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
-from proactivebench_builder.core.errors import ScenarioError, UsageError
+from proactivebench_builder.core.errors import (
+    MissingPackage, ScenarioError, SourceError, UsageError)
 from proactivebench_builder.core.manifests import ManifestError, parameter_problem
 from proactivebench_builder.filters.coverage import check_before_work
-from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
-from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.filters.leakage import (
+    RELEASED, KeepListError, count_kept, load_keep_list, released_count_problem, released_counts)
+from proactivebench_builder.filters.predictions import (
+    PredictionsError, read_predictions, train_confidences)
 from proactivebench_builder.pipeline import __version__
-from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
-from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+from proactivebench_builder.pipeline.import_upstream import (
+    fingerprint, present_configs, record_ids)
+from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
 from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
@@ -86,12 +90,26 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
                                         {n: scenarios[n] for n in missing})
     sources = {n: overrides.get(n) or fileio.join(absolute(root), manifest_of(n)["source_subdir"])
                for n in scenarios}
-    absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
+    absent = {n: url for n, url in sources.items() if not source_folder_exists(url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
             f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
             "layout each scenario expects and where to get it)")
     return sources
+
+
+def source_folder_exists(url: str) -> bool:
+    """Whether a source folder exists; a store that cannot be reached is said to be so, in one
+    line (offline, a Dataflow launch read its gs:// sources as "not found")."""
+    try:
+        return fileio.folder_exists(url)
+    except MissingPackage:
+        raise
+    except Exception as err:  # noqa: BLE001 - the store's own error (network, credentials)
+        text = (str(err).splitlines() or [""])[0]
+        raise SourceError(f"cannot reach {url}: {type(err).__name__}: {text} (no network, or "
+                          "no credentials for the store? The launcher reads the sources' "
+                          "folders before any work, on every runner)") from None
 
 
 def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
@@ -124,6 +142,7 @@ def selection_settings(opts: BuildOptions) -> Selection:
     try:
         if mode == PREDICTIONS:
             read_predictions(opts.predictions)
+            train_confidences(opts.predictions)  # its train rows, if any, fill the train split
         if mode == KEEP_LIST:
             if not opts.import_upstream:
                 raise KeepListError(
@@ -150,8 +169,14 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         folder = absolute(opts.import_upstream)
         configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
         if not configs:
+            inner = fileio.join(folder, "test")
+            hint = (f"; the release keeps them in its test/ folder: --import_upstream {inner}"
+                    if present_configs(inner, {scenarios[n].config_name: n for n in scenarios})
+                    else "")
             raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
-                             "chosen scenarios there")
+                             f"chosen scenarios there{hint}")
+        if selection.keep_list == RELEASED:
+            check_released_counts(folder, [scenarios[n].config_name for n in scenarios], configs)
         scenarios = {config_to_scenario[c]: scenarios[config_to_scenario[c]] for c in configs}
         imported = {"import_upstream": folder, "import_configs": tuple(configs),
                     "keep_ids": True}
@@ -175,11 +200,65 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         seed=opts.seed, output=absolute(opts.output), scenarios=tuple(sorted(scenarios)),
         sources=sources, config_to_scenario=config_to_scenario, selection=selection,
         train_sources=train_sources, overrides=overrides,
-        export_upstream=not opts.no_upstream_export, stamp=stamp, **imported)
+        export_upstream=not opts.no_upstream_export, stamp=stamp,
+        stand_ins={} if imported else stand_ins(scenarios, sources, overrides, opts.seed),
+        **imported)
     config = with_partial_update(config)
     if selection.mode == PREDICTIONS:
         check_predictions_cover_pool(config)
     return config
+
+
+RELEASE_HINT = ("fetch the release's whole test/ folder and unzip its archives there: README, "
+                "Regenerating the benchmark")
+
+
+def check_released_counts(folder: str, chosen: list[str], present: list[str]) -> None:
+    """--keep_list released: the folder holds every chosen config of the release, and each keeps
+    as many samples as the release does, counted from the JSONL ids (small files) before any
+    work; else one line naming each config and both numbers."""
+    counts = released_counts()
+    missing = [c for c in chosen if c in counts and c not in present]
+    if missing:
+        raise UsageError(
+            f"--keep_list released: {folder} lacks " + ", ".join(
+                f"{c}_preprocessed.jsonl (the release keeps {counts[c]:,} samples)"
+                for c in missing) + f"; {RELEASE_HINT}, or leave those configs out with "
+            "--scenarios")
+    problems = []
+    for config in present:
+        try:
+            kept = count_kept(config, record_ids(folder, config))
+        except (OSError, ValueError) as err:
+            raise UsageError(f"--keep_list released: {err}") from None
+        problem = released_count_problem(config, kept, "its records keep")
+        if problem:
+            problems.append(problem + f" ({config}_preprocessed.jsonl)")
+    if problems:
+        raise UsageError(f"--keep_list released: {folder} is not the release's test/ folder: "
+                         + "; ".join(problems) + f"; {RELEASE_HINT}")
+
+
+MINIATURE = ("built from the bundled miniature source (a few generated items in the real "
+             "layout), not the real dataset")
+
+
+def stand_ins(scenarios: dict, sources: dict, overrides: dict, seed: int) -> dict:
+    """scenario -> what its part of the build holds in place of the benchmark's own data: a
+    miniature source (its marker file, whoever points at it), and the placeholders the scenario
+    reports (`Scenario.placeholders`, e.g. MVP-N's class names), asked here, before any work;
+    a bad labels file is the build's one configuration error, raised now."""
+    found = {}
+    for name, cls in sorted(scenarios.items()):
+        items = []
+        if fileio.exists(fileio.join(sources[name], MARKER)):
+            items.append({"kind": "miniature", "what": MINIATURE})
+        scenario = cls(seed, sources[name])
+        scenario.params.update(overrides.get(name, {}))
+        items += [{"kind": "placeholders", "what": text} for text in scenario.placeholders()]
+        if items:
+            found[name] = items
+    return found
 
 
 def with_partial_update(config: BuildConfig) -> BuildConfig:

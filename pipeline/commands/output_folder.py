@@ -7,7 +7,7 @@ import os
 import tempfile
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.errors import MissingPackage, OutputError, UsageError
 from proactivebench_builder.core.layout import BUILD_REPORT, LOCK, REPORTS_DIR, TEMPORARY_PREFIX
 
 
@@ -22,10 +22,26 @@ def not_a_build(path: str) -> str | None:
                  if name not in leftovers and not name.startswith(TEMPORARY_PREFIX)), None)
 
 
+def check_reachable(flag: str, url: str) -> None:
+    """A remote URL whose store cannot be reached (no network, no credentials) stops the
+    command before any work, in one line saying so (rather than a writer's traceback, or a
+    folder "not found")."""
+    try:
+        fileio.folder_exists(url)
+    except MissingPackage:
+        raise
+    except Exception as err:  # noqa: BLE001 - the store's own error
+        text = (str(err).splitlines() or [""])[0]
+        raise OutputError(f"cannot reach {flag} {url}: {type(err).__name__}: {text} (no "
+                          "network, or no credentials for the store?)") from None
+
+
 def check_output_folder(output: str) -> None:
     """A local --output that cannot become a folder stops the command before any work (the
-    build would otherwise fail only after it ran). Remote URLs are left to their writers."""
+    build would otherwise fail only after it ran); a remote one must be reachable, and is
+    otherwise left to its writers."""
     if not fileio.is_local(output):
+        check_reachable("--output", output)
         return
     path = os.path.abspath(fileio.local_path(output))
     if os.path.exists(path) and not os.path.isdir(path):

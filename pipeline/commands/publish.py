@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
 from proactivebench_builder.pipeline import publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
@@ -59,6 +60,10 @@ def parser() -> CommandParser:
     p.add_argument("--staging_dir", default=None,
                    help="local folder for archives and staged uploads (default: a temporary "
                         "folder, removed afterwards); needs room for the archives")
+    p.add_argument("--allow_stand_ins", action="store_true",
+                   help="publish to the Hub a build that build.json marks as not the benchmark "
+                        "(built from miniature sources, or holding placeholder labels); its "
+                        "card says so. Without it such a build is refused for --repo_id")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -78,13 +83,53 @@ def main(argv: list[str]) -> int:
 
 
 def record_contract(folder: str) -> list[str]:
-    """Every row of the folder against the record contract (the `validate` command's check)."""
-    return validate.validate_folder(folder)
+    """Every row of the folder against the record contract, and every config loaded through
+    `datasets` (the `validate` command's checks)."""
+    return validate.validate_folder(folder) or validate.load_problems(folder.rstrip("/"))
+
+
+def stand_ins(folder: str) -> dict:
+    """scenario -> what stands in for the benchmark's data, as build.json records it (a build
+    recorded before builds said so counts as unknown)."""
+    report = buildfolder.read_report(folder) or {}
+    if report.get("scenarios") and "stand_ins" not in report:
+        return {"?": [{"kind": "unknown", "what": "built before builds recorded their stand-ins"}]}
+    return report.get("stand_ins") or {}
+
+
+def stand_in_summary(found: dict) -> str:
+    """'miniature sources (changeit, coco); placeholders (mvpn, vsod)'"""
+    by_kind: dict[str, list[str]] = {}
+    for name, items in sorted(found.items()):
+        for item in items:
+            by_kind.setdefault(item.get("kind", "?"), []).append(name)
+    words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
+    return "; ".join(f"{words.get(k, k)} ({', '.join(sorted(set(v)))})"
+                     for k, v in sorted(by_kind.items()))
+
+
+def check_stand_ins(args) -> None:
+    """A toy or placeholder build must not reach the Hub under the benchmark's name unasked:
+    refused for --repo_id (one line) unless --allow_stand_ins; a folder target, or a dry run,
+    goes ahead with a note."""
+    found = stand_ins(args.folder)
+    if not found:
+        return
+    what = (f"{args.folder} is not the benchmark: {stand_in_summary(found)}; its card and "
+            "reports/build.json say so")
+    if args.repo_id and not args.dry_run and not args.allow_stand_ins:
+        raise publish.PublishError(
+            f"{what}. Build from the real sources (README, Regenerating the benchmark), or pass "
+            "--allow_stand_ins to publish it to the Hub anyway")
+    print(f"note: {what}" + (" (a real publish to the Hub refuses it without --allow_stand_ins)"
+                             if args.repo_id and not args.allow_stand_ins else ""),
+          file=sys.stderr)
 
 
 def publish_command(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
+        check_stand_ins(args)
         plan = publish.publish(
             args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
             upstream_prefix=args.upstream_prefix.strip("/"), commit_message=args.commit_message,

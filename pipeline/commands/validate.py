@@ -24,12 +24,15 @@ keywords. A config no registered scenario declares (e.g. a plug-in scenario vali
 PROACTIVEBENCH_SCENARIO_PATH) is one problem naming the way to make it visible; its options and
 steps are not checked. A config listed by
 the card without a test shard is reported: `load_dataset(..., split="test")` would fail on it.
+Last, every config and split the card declares is loaded through `datasets.load_dataset`, as
+users load them (`load_problems`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
 from collections import defaultdict
 
 import pyarrow.parquet as pq
@@ -325,12 +328,16 @@ class FolderValidator:
         if any(n not in schema.names for n in expected):
             return  # rows cannot be checked without every column
         columns = [c for c in expected if self.decode_frames or c != "frames"]
+        before = self.rows[(split, config)]
         for row in iter_rows(url, columns):
             self.rows[(split, config)] += 1
             key = row.get("key")
             for problem in row_problems(row, config):
                 self.problems.append(f"{where}: key {key!r}: {problem}")
             self.check_unique(split, config, where, row)
+        if self.rows[(split, config)] == before:
+            self.problems.append(f"{where}: 0 rows (datasets.load_dataset cannot read a 0-row "
+                                 "shard: an empty split has no shard)")
 
     def check_unique(self, split: str, config: str, where: str, row: dict) -> None:
         seen, ids = self.ids_by_key[(split, config)], self.ids[(split, config)]
@@ -361,6 +368,35 @@ class FolderValidator:
                                          f"pool's row has id {pool[key]}")
 
 
+def load_problems(root: str) -> list[str]:
+    """Every config and split the card declares, loaded the way users load them,
+    `datasets.load_dataset(DIR, name=CONFIG, split=SPLIT)`, with a temporary cache (a folder's
+    cache entry could otherwise answer for an earlier build) and in streaming mode, reading the
+    first row: the card's configs and data files are resolved, and the Parquet reader reads,
+    exactly as in a full load, without copying the whole build into an Arrow cache. (A 0-row
+    shard once passed every other check and failed here: "BatchSize must be greater than 0".)"""
+    # lazy: importing `datasets` takes seconds, and the build's own final check never loads
+    import datasets
+
+    configs, problems = buildfolder.card_configs(root)
+    if configs is None:
+        return problems
+    with tempfile.TemporaryDirectory(prefix="proactivebench-validate-") as cache:
+        for entry in configs:
+            name = entry.get("config_name")
+            for files in entry.get("data_files") or []:
+                split = files.get("split")
+                try:
+                    loaded = datasets.load_dataset(root, name=name, split=split, cache_dir=cache,
+                                                   streaming=True)
+                    next(iter(loaded.decode(False)), None)
+                except Exception as err:  # noqa: BLE001 - any failure is what a user would meet
+                    text = (str(err).splitlines() or [""])[0]
+                    problems.append(f"datasets.load_dataset({root!r}, name={name!r}, "
+                                    f"split={split!r}) fails: {type(err).__name__}: {text}")
+    return problems
+
+
 def validate_folder(path: str, decode_frames: bool = True, check_status: bool = True) -> list[str]:
     """Human-readable problems of a built folder against the record contract ([] when none);
     with `check_status`, first its build status and every shard's checksum (core.buildfolder)."""
@@ -385,6 +421,8 @@ def validate_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
     problems = validator.run()
+    if not problems:  # the folder is sound: now load it the way its users will
+        problems = load_problems(args.dir.rstrip("/"))
     rows = sum(validator.rows.values())
     if not problems:
         print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} config splits match the "

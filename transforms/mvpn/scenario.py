@@ -2,6 +2,7 @@
 product ending on its informative view (the folder's docstring)."""
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import posixpath
@@ -11,8 +12,8 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.manifests import ManifestError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
-from proactivebench_builder.transforms.mvpn import miniature
+from proactivebench_builder.transforms.base import ReleaseLabels, Scenario
+from proactivebench_builder.transforms.mvpn import miniature, release
 from proactivebench_builder.transforms.mvpn.play import PLAY, ROTATE_REQUESTS
 
 QUESTIONS = (
@@ -107,8 +108,52 @@ class MVPN(Scenario):
         super().__init__(seed, source_root)
         self.classes = list(self.manifest["classes"])
         self.group_of = {c: sorted(g) for g in self.manifest["groups"] for c in g}
-        self.class_names = {str(k): str(v) for k, v in
-                            self.data_file(self.params["class_names_file"]).items()}
+
+    # ---- class names --------------------------------------------------------------------------
+
+    def release_names_url(self) -> str:
+        return self.path(self.params["release_class_names_file"])
+
+    @functools.cached_property
+    def class_names(self) -> dict[str, str]:
+        """class folder -> name: the release's names (`release_class_names_file` in the source
+        folder, written by `run_pipeline.py release_labels`) when present, else the shipped
+        placeholders (`class_names_file`). Read on first use, so a bad file is the build's one
+        configuration error (from `list_units`, or the driver asking `placeholders`)."""
+        url = self.release_names_url()
+        if not fileio.exists(url):
+            return self.placeholder_names()
+        table = self.read_source_yaml(url, "the class names of every sample")
+        if not isinstance(table, dict) or not all(
+                isinstance(v, str) and v.strip() for v in table.values()):
+            raise SourceError(f"mvpn: {self.relative(url)} must map each class folder to a name "
+                              "(derive it with run_pipeline.py release_labels)")
+        return {str(k): v for k, v in table.items()}
+
+    def placeholder_names(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.data_file(self.params["class_names_file"]).items()}
+
+    def placeholders(self) -> list[str]:
+        shown = [c for c in self.classes if release.is_placeholder(self.class_names.get(c, ""))]
+        if not shown:
+            return []
+        return [f"{len(shown)} of {len(self.classes)} class names are placeholders (e.g. "
+                f"{format_category(self.class_names[shown[0]])!r}), not the release's product "
+                f"names: derive them with run_pipeline.py release_labels (they are only in the "
+                f"release's MVP-N_preprocessed.jsonl)"]
+
+    @classmethod
+    def labels_from_release(cls, records, source=""):
+        manifest = cls.read_manifest()
+        params = manifest["parameters"]
+        names, problems = release.names_from_records(records, list(manifest["classes"]))
+        placeholders = {str(k): str(v) for k, v in cls.data_file(params["class_names_file"]).items()}
+        data = release.class_names_file(names, placeholders, source)
+        left = len(manifest["classes"]) - len(names)
+        summary = [f"{len(names)} of {len(manifest['classes'])} class names from "
+                   f"{len(records)} records" + (f" ({left} keep their placeholder)" if left else "")]
+        return ReleaseLabels({params["release_class_names_file"]: data}, len(names), summary,
+                             problems)
 
     @property
     def split(self) -> str:

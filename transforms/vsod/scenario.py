@@ -3,6 +3,7 @@ toward a clear one (the folder's docstring)."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 import xml.etree.ElementTree as ET
@@ -10,8 +11,8 @@ import xml.etree.ElementTree as ET
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
-from proactivebench_builder.transforms.vsod import miniature
+from proactivebench_builder.transforms.base import ReleaseLabels, Scenario
+from proactivebench_builder.transforms.vsod import miniature, release
 from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 from proactivebench_builder.transforms.vsod.play import PLAY, REWIND, WAIT
 
@@ -240,8 +241,51 @@ class VSOD(Scenario):
             text = (self.read_source_text(url) if self.labels_in_root()
                     else fileio.read_bytes(url).decode("utf-8-sig"))
         except FileNotFoundError:
-            raise SourceError(f"vsod: no labels file at {url} (parameters.labels_file)") from None
-        return parse_labels(text, self.manifest["categories"])
+            raise SourceError(f"vsod: no labels file at {url} (parameters.labels_file; the "
+                              "labels exist only in the ProactiveBench release: derive them with "
+                              "run_pipeline.py release_labels)") from None
+        return parse_labels(text, self.vocabulary)
+
+    # ---- the answer vocabulary ----------------------------------------------------------------
+
+    def vocabulary_url(self) -> str:
+        return self.path(self.params["categories_file"])
+
+    @functools.cached_property
+    def vocabulary(self) -> dict[str, list[str]]:
+        """question type -> its answers (also the distractor pool): the release's
+        (`categories_file` in the source folder, written by `run_pipeline.py release_labels`)
+        when present, else the manifest's stand-in `categories`."""
+        url = self.vocabulary_url()
+        if not fileio.exists(url):
+            return self.manifest["categories"]
+        table = self.read_source_yaml(url, "the answer vocabulary of every label")
+        if not isinstance(table, dict) or not all(
+                k in QUESTION_TYPES and isinstance(v, list) and all(isinstance(a, str) for a in v)
+                for k, v in table.items()):
+            raise SourceError(f"vsod: {self.relative(url)} must map question types {QUESTION_TYPES} to lists "
+                              "of answers (derive it with run_pipeline.py release_labels)")
+        return table
+
+    def placeholders(self) -> list[str]:
+        if fileio.exists(self.vocabulary_url()):
+            return []
+        return ["the answer vocabulary (the pool of wrong answers) is the manifest's stand-in "
+                "list, not the release's 94 categories, and the labels are not known to be the "
+                "release's: derive both with run_pipeline.py release_labels (they are only in "
+                "the release's OcclusionDataSet-MM20_preprocessed.jsonl)"]
+
+    @classmethod
+    def labels_from_release(cls, records, source=""):
+        params = cls.read_manifest()["parameters"]
+        rows, vocabulary, problems = release.labels_from_records(records)
+        files = {params["labels_file"]: release.labels_file(rows),
+                 params["categories_file"]: release.vocabulary_file(vocabulary, source)}
+        sizes = ", ".join(f"{len(v)} {k}" for k, v in vocabulary.items())
+        summary = [f"{len(rows)} labels of {len({r['segment'] for r in rows})} segments from "
+                   f"{len(records)} records",
+                   f"answer vocabulary: {sizes or 'empty'}"]
+        return ReleaseLabels(files, len(rows), summary, problems)
 
     def segments(self) -> list[str]:
         names = set(self.list_source(self.tree("Data"))) | set(
@@ -367,8 +411,7 @@ class VSOD(Scenario):
             first_image=first, num_images=n, reference_image=reference,
             prompt=self.pick_prompt(key, QUESTIONS[qtype]),
             options=self.build_options(key, [REWIND, WAIT]),
-            categories=self.pick_categories(key, label["answer"],
-                                            self.manifest["categories"][qtype]),
+            categories=self.pick_categories(key, label["answer"], self.vocabulary[qtype]),
             answer=format_category(label["answer"]),
             question_type=qtype,
             strong_occlusions=is_strong(fractions, self.params.get("strong_occlusion") or {}),

@@ -16,7 +16,8 @@ from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
 from proactivebench_builder.core.errors import ScenarioError, UsageError
-from proactivebench_builder.core.manifests import ManifestError, parameter_problem
+from proactivebench_builder.core.manifests import (
+    ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
 from proactivebench_builder.filters.coverage import check_before_work
 from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
 from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
@@ -95,7 +96,9 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
 
 
 def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
-    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests."""
+    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests: each
+    value against its parameter's rule, then the values in force against the manifest's rules
+    across parameters (core/manifests.py)."""
     overrides: dict[str, dict] = {}
     for item in items:
         target, sep, value = item.partition("=")
@@ -103,16 +106,50 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
         if not sep or not dot or name not in scenarios:
             raise SystemExit(f"--set expects SCENARIO.PARAMETER=VALUE for a chosen scenario, "
                              f"got {item!r}")
-        if parameter not in manifest_of(name)["parameters"]:
-            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
-                             f"{scenarios[name].manifest_location()})")
-        parsed = yaml.safe_load(value)
-        problem = parameter_problem(manifest_of(name), parameter, parsed)
+        manifest, see = manifest_of(name), f"(see {scenarios[name].manifest_location()})"
+        if parameter not in manifest["parameters"]:
+            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} {see}")
+        parsed, problem = None, settable_problem(parameter)
+        if problem is None:
+            parsed, problem = set_value(value)
+        if problem is None:
+            problem = parameter_problem(manifest, parameter, parsed) or \
+                data_file_problem(scenarios[name], manifest, parameter, parsed)
         if problem:
-            raise SystemExit(f"--set {name}.{parameter}: {problem} (see "
-                             f"{scenarios[name].manifest_location()})")
+            raise SystemExit(f"--set {name}.{parameter}: {problem} {see}")
         overrides.setdefault(name, {})[parameter] = parsed
+    for name, values in sorted(overrides.items()):
+        manifest = manifest_of(name)
+        problems = constraint_problems(manifest, {**manifest["parameters"], **values})
+        if problems:
+            raise SystemExit(f"--set: {name}: {problems[0]} "
+                             f"(see {scenarios[name].manifest_location()})")
     return overrides
+
+
+def set_value(text: str) -> tuple[object, str | None]:
+    """(the value, None) of a --set VALUE read as plain YAML (numbers, strings, booleans, lists,
+    mappings), or (None, why not). Anchors and aliases are refused: a value is written out."""
+    try:
+        if any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None)
+               for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            return None, f"{text!r}: YAML anchors and aliases (& and *) are not accepted here"
+        return yaml.safe_load(text), None
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as err:
+        detail = " ".join(str(err).split()) or type(err).__name__
+        return None, f"{text[:60]!r} is not a plain YAML value ({detail[:160]})"
+
+
+def data_file_problem(cls, manifest: dict, parameter: str, value) -> str | None:
+    """A parameter naming a data file (its rule says `data_file: true`): the file exists beside
+    the manifest and reads, before any work."""
+    if not parameter_rule(manifest, parameter).get("data_file"):
+        return None
+    try:
+        cls.data_file(value)
+    except ManifestError as err:
+        return str(err)
+    return None
 
 
 def selection_settings(opts: BuildOptions) -> Selection:

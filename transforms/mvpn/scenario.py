@@ -107,8 +107,19 @@ class MVPN(Scenario):
         super().__init__(seed, source_root)
         self.classes = list(self.manifest["classes"])
         self.group_of = {c: sorted(g) for g in self.manifest["groups"] for c in g}
-        self.class_names = {str(k): str(v) for k, v in
-                            self.data_file(self.params["class_names_file"]).items()}
+        self._class_names: tuple[str, dict] | None = None
+
+    @property
+    def class_names(self) -> dict[str, str]:
+        """Class folder -> name, from the table `params["class_names_file"]` names. Read when
+        used, not in __init__: `--set` overrides reach `self.params` after __init__."""
+        filename = self.params["class_names_file"]
+        if self._class_names is None or self._class_names[0] != filename:
+            table = self.data_file(filename)
+            if not isinstance(table, dict):
+                raise ManifestError(f"mvpn: {filename} is not a mapping of class folder -> name")
+            self._class_names = (filename, {str(k): str(v) for k, v in table.items()})
+        return self._class_names[1]
 
     @property
     def split(self) -> str:

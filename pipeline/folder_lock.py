@@ -9,13 +9,15 @@ the message says how to remove it when its build is known to be dead."""
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import socket
+import stat
 import sys
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import FolderLocked
+from proactivebench_builder.core.errors import FolderLocked, OutputError
 from proactivebench_builder.core.layout import LOCK
 
 
@@ -38,6 +40,30 @@ def _pid_alive(pid) -> bool:
     except (PermissionError, TypeError, ValueError):
         return True
     return True
+
+
+def _open_lock_file(path: str) -> int:
+    """A descriptor of the regular file `path`, created when absent. The lock file is truncated
+    and written: a symbolic link there would have its target overwritten, so a link is never
+    followed (O_NOFOLLOW), and a FIFO, device or folder is refused by its kind (opened without
+    blocking, checked on the descriptor)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP or os.path.islink(path):
+            raise OutputError(f"{path} is a symbolic link; a build's lock file must be a regular "
+                              "file (remove the link and build again)") from None
+        raise OutputError(f"{path}: {err.strerror or err} (errno {err.errno}); a build's lock "
+                          "file must be a regular file") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise OutputError(f"{path} is {kind}; a build's lock file must be a regular file "
+                          "(remove it and build again)")
+    os.set_blocking(fd, True)
+    return fd
 
 
 class BuildLock:
@@ -64,7 +90,7 @@ class BuildLock:
         import fcntl
 
         os.makedirs(fileio.local_path(self.output), exist_ok=True)
-        fd = os.open(fileio.local_path(self.url), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(fileio.local_path(self.url))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

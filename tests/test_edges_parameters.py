@@ -305,8 +305,8 @@ def _jsonl(*rows) -> str:
     ("p.jsonl", _jsonl(dict(GOOD, model=["a"])), "model"),
     ("p.jsonl", _jsonl(dict(GOOD, key={"a": 1})), "key"),
     ("p.jsonl", b"\xff\xfe{}\n", "UTF-8"),
-    ("p.csv", "model,config,key,correct\nm,QuickDraw,\"" + "k" * 140000 + "\",true\n", "row 1"),
-    ("p.csv", "model,config,key,correct\nm,QuickDraw,k,true,extra\n", "row 1"),
+    ("p.csv", "model,config,key,correct\nm,QuickDraw,\"" + "k" * 140000 + "\",true\n", "after line 1"),
+    ("p.csv", "model,config,key,correct\nm,QuickDraw,k,true,extra\n", "line 2"),
     ("p.csv", "model,config,key,correct\nm,Quick\x00Draw,k,true\n", "p.csv"),
     ("p.parquet", "not parquet", "p.parquet"),
 ])

@@ -19,15 +19,17 @@ from proactivebench_builder.core.errors import ScenarioError, UsageError
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
 from proactivebench_builder.filters.coverage import check_before_work
-from proactivebench_builder.filters.leakage import KeepListError, load_keep_list
-from proactivebench_builder.filters.predictions import PredictionsError, read_predictions
+from proactivebench_builder.filters.leakage import KeepListError, keep_list_problem, load_keep_list
+from proactivebench_builder.filters.predictions import (
+    PredictionsError, read_predictions, unknown_configs_problem)
 from proactivebench_builder.pipeline import __version__
 from proactivebench_builder.pipeline.import_upstream import fingerprint, present_configs
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
 from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
-from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, manifest_of
+from proactivebench_builder.transforms import (
+    PATH_VARIABLE, config_aliases, load_scenarios, manifest_of)
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -152,15 +154,19 @@ def data_file_problem(cls, manifest: dict, parameter: str, value) -> str | None:
     return None
 
 
-def selection_settings(opts: BuildOptions) -> Selection:
-    """The filter settings, checked before any work: a bad predictions file or a keep-list on a
-    freshly built pool stops here with a clear message."""
+def selection_settings(opts: BuildOptions, aliases: dict[str, str]) -> Selection:
+    """The filter settings, checked before any work: a bad predictions file (or one naming a
+    config no scenario has), a bad keep list or a keep list on a freshly built pool stops here
+    with a clear message. `aliases`: every name of a config, lower case -> the config."""
     if opts.predictions and opts.keep_list:
         raise SystemExit("--predictions and --keep_list are alternatives; give one")
     mode = PREDICTIONS if opts.predictions else KEEP_LIST if opts.keep_list else NO_FILTER
     try:
         if mode == PREDICTIONS:
-            read_predictions(opts.predictions)
+            problem = unknown_configs_problem(read_predictions(opts.predictions),
+                                              opts.predictions, aliases)
+            if problem:
+                raise PredictionsError(problem)
         if mode == KEEP_LIST:
             if not opts.import_upstream:
                 raise KeepListError(
@@ -168,18 +174,27 @@ def selection_settings(opts: BuildOptions) -> Selection:
                     "release carries (--import_upstream DIR); a pool built from the raw sources "
                     "has its own ids. Filter a fresh pool with --predictions FILE instead.")
             load_keep_list(opts.keep_list)
-    except (PredictionsError, KeepListError, OSError, ValueError) as err:
+    except (PredictionsError, KeepListError) as err:
         raise SystemExit(f"cannot filter: {err}") from None
     return Selection(mode=mode, predictions=opts.predictions, keep_list=opts.keep_list,
                      threshold=opts.filter_threshold, min_models=opts.min_models,
                      allow_partial=opts.allow_partial_predictions)
 
 
+def check_keep_list(spec: str, configs, aliases: dict[str, str]) -> None:
+    """Before any work: the keep list names only known configs and lists every config the
+    build imports (filters.leakage.keep_list_problem)."""
+    problem = keep_list_problem(spec, load_keep_list(spec), list(configs), aliases)
+    if problem:
+        raise SystemExit(f"cannot filter: {problem}")
+
+
 def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
     """The whole configuration of the build `argv` asks for, checked before any work."""
     scenarios = choose_scenarios(opts.scenarios)
     config_to_scenario = {cls.config_name: n for n, cls in load_scenarios().items()}
-    selection = selection_settings(opts)
+    aliases = config_aliases()
+    selection = selection_settings(opts, aliases)
     overrides = parameter_overrides(opts.overrides, scenarios)
     imported = {}
     train_sources = {}
@@ -193,6 +208,8 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         imported = {"import_upstream": folder, "import_configs": tuple(configs),
                     "keep_ids": True}
         sources = {n: folder for n in scenarios}
+        if selection.mode == KEEP_LIST:
+            check_keep_list(opts.keep_list, configs, aliases)
         selection = Selection(**{**selection.as_dict(), "origin": fingerprint(folder, configs)})
     else:
         sources = resolve_sources(opts, scenarios)

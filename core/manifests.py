@@ -108,7 +108,9 @@ def _parse_yaml(raw: bytes, what: str):
     """YAML (safe: no tags that build objects) or a ManifestError naming `what`."""
     try:
         return yaml.safe_load(raw)
-    except (yaml.YAMLError, RecursionError, ValueError) as err:
+    # PyYAML's constructors fail on some malformed scalars with their own IndexError or
+    # ValueError (`!!float` alone), not a YAMLError: every failure to read the text is one
+    except Exception as err:  # noqa: BLE001
         detail = " ".join(str(err).split())
         raise ManifestError(f"{what} is not valid YAML: {detail[:300]}") from None
 

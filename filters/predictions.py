@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import closest
+from proactivebench_builder.core.config import network_url
 
 SCHEMA_VERSION = 1
 REQUIRED = ("model", "config", "correct")
@@ -36,8 +37,6 @@ OPTIONAL = ("schema_version", "key", "id", "answer_text", "chosen_option")
 # predictions are ~30 MB for 7 models; a file above the cap is refused, not read.
 MAX_BYTES = 512 << 20
 MAX_ROWS = 20_000_000
-# Predictions are files or storage URLs (gs://, s3://, ...): a build does not download.
-NETWORK_SCHEMES = ("http://", "https://", "ftp://", "sftp://", "ssh://")
 
 
 class PredictionsError(ValueError):
@@ -67,7 +66,7 @@ def read_predictions(url: str) -> list[dict]:
 def read_input(url: str, what: str, limit: int, error: type) -> bytes:
     """The bytes of a user's input file (predictions, a keep list): a regular file or a storage
     URL, at most `limit` bytes; anything else is `error` naming it."""
-    if url.lower().startswith(NETWORK_SCHEMES):
+    if network_url(url):
         raise error(f"{url}: a build reads its {what} from a file or a storage URL (gs://, s3://, "
                     "...), not over the network: download it first")
     try:

@@ -209,6 +209,27 @@ def quickdraw_build(tmp_path_factory, miniature_root) -> str:
     return output
 
 
+@pytest.mark.parametrize("flag, says", [
+    ("--source=quickdraw=http://127.0.0.1:9/qd", "not the network"),
+    ("--sources_root=https://127.0.0.1:9/sources", "not the network"),
+    ("--sources_root=nosuch://x", "Protocol not known"),
+    ("--import_upstream=http://127.0.0.1:9/release", "not the network"),
+    ("--import_upstream=nosuch://x/release", "Protocol not known"),
+])
+def test_a_source_url_the_build_may_not_read_is_one_line(capsys, tmp_path, flag, says):
+    """Today: an ImportError (HTTPFileSystem needs aiohttp) or ValueError traceback."""
+    line = refused_build(capsys, tmp_path, flag)
+    assert flag.split("=")[-1] in line and says in line, line
+
+
+def test_an_upstream_release_whose_jsonl_is_a_fifo_is_one_line(capsys, tmp_path):
+    folder = tmp_path / "release"
+    folder.mkdir()
+    os.mkfifo(folder / "QuickDraw_preprocessed.jsonl")
+    line = refused_build(capsys, tmp_path, f"--import_upstream={folder}")
+    assert "QuickDraw_preprocessed.jsonl" in line and "FIFO" in line, line
+
+
 def _shadowing_plugins(tmp_path) -> str:
     folder = tmp_path / "plugins"
     folder.mkdir()

@@ -14,7 +14,7 @@ import yaml
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
-    KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
+    KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection, network_url)
 from proactivebench_builder.core.errors import ScenarioError, UsageError
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
@@ -89,12 +89,32 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
                                         {n: scenarios[n] for n in missing})
     sources = {n: overrides.get(n) or fileio.join(absolute(root), manifest_of(n)["source_subdir"])
                for n in scenarios}
-    absent = {n: url for n, url in sources.items() if not fileio.is_dir(url)}
+    absent = {n: url for n, url in sources.items() if not source_folder_exists(n, url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
             f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
             "layout each scenario expects and where to get it)")
     return sources
+
+
+def source_folder_exists(name: str, url: str) -> bool:
+    """Whether the source root `url` is a folder (a URL the build cannot read: one line)."""
+    check_readable_url(f"source of {name}", url)
+    return fileio.is_dir(url)
+
+
+def check_readable_url(what: str, url: str) -> None:
+    """One line (UsageError) for a folder URL the build may not read (http://: a build does not
+    download) or cannot (an unknown protocol, or one whose fsspec package is not installed)."""
+    if network_url(url):
+        raise UsageError(f"{what}: {url}: a build reads folders and storage URLs (gs://, s3://, "
+                         "...), not the network: download it first (sources: run_pipeline.py "
+                         "fetch)")
+    try:
+        fileio.filesystem(url)
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"{what}: {url}: cannot be read "
+                         f"({' '.join(str(err).split())[:200]})") from None
 
 
 def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
@@ -137,7 +157,9 @@ def set_value(text: str) -> tuple[object, str | None]:
                for event in yaml.parse(text, Loader=yaml.SafeLoader)):
             return None, f"{text!r}: YAML anchors and aliases (& and *) are not accepted here"
         return yaml.safe_load(text), None
-    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as err:
+    # PyYAML fails on some malformed scalars with its own IndexError or ValueError (`!!float`
+    # alone, `!!binary x`), not a YAMLError: every failure to read the text is the user's
+    except Exception as err:  # noqa: BLE001
         detail = " ".join(str(err).split()) or type(err).__name__
         return None, f"{text[:60]!r} is not a plain YAML value ({detail[:160]})"
 
@@ -200,6 +222,7 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
     train_sources = {}
     if opts.import_upstream:
         folder = absolute(opts.import_upstream)
+        check_readable_url("--import_upstream", folder)
         configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
         if not configs:
             raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
@@ -210,7 +233,12 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         sources = {n: folder for n in scenarios}
         if selection.mode == KEEP_LIST:
             check_keep_list(opts.keep_list, configs, aliases)
-        selection = Selection(**{**selection.as_dict(), "origin": fingerprint(folder, configs)})
+        try:
+            origin = fingerprint(folder, configs)
+        except OSError as err:  # e.g. a JSONL that is a FIFO, or unreadable
+            raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
+                             f"{err.strerror or err}") from None
+        selection = Selection(**{**selection.as_dict(), "origin": origin})
     else:
         sources = resolve_sources(opts, scenarios)
         if not opts.no_train:

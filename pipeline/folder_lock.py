@@ -27,6 +27,16 @@ def _holder() -> dict:
             "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
+def _holder_of(raw: bytes) -> dict:
+    """Who holds the lock, as its file says; {} when it says nothing usable (the file is
+    anyone's to write: a list or a deeply nested value is no holder, not a traceback)."""
+    try:
+        holder = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
 def _describe(holder: dict) -> str:
     return (f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')} "
             f"({holder.get('command')})")
@@ -94,10 +104,7 @@ class BuildLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            except ValueError:
-                holder = {}
+            holder = _holder_of(os.pread(fd, 4096, 0))
             os.close(fd)
             raise FolderLocked(f"{self.output} is being written by another build: "
                                f"{_describe(holder)}") from None
@@ -108,8 +115,8 @@ class BuildLock:
     def _lock_marker(self) -> None:
         if fileio.exists(self.url):
             try:
-                holder = json.loads(fileio.read_bytes(self.url))
-            except ValueError:
+                holder = _holder_of(fileio.read_bytes(self.url, limit=4096))
+            except fileio.FileTooLarge:
                 holder = {}
             stale = holder.get("host") == socket.gethostname() and not _pid_alive(holder.get("pid"))
             if not stale:

@@ -230,6 +230,30 @@ def test_an_upstream_release_whose_jsonl_is_a_fifo_is_one_line(capsys, tmp_path)
     assert "QuickDraw_preprocessed.jsonl" in line and "FIFO" in line, line
 
 
+@pytest.mark.parametrize("content", [b"[1]", b"7", b"[" * 4096, b"\xff"])
+def test_a_held_lock_whose_file_names_no_holder_is_refused_as_held(tmp_path, content):
+    """The refusal read the holder's JSON and called .get on whatever it was (a traceback)."""
+    import fcntl
+
+    from proactivebench_builder.core.errors import FolderLocked
+
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / LOCK).write_bytes(content)
+    with open(output / LOCK, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another build holds it
+        with pytest.raises(FolderLocked, match="another build"):
+            with BuildLock(str(output)):
+                pass
+    marker = f"memory://lock-test-{os.getpid()}-{len(content)}/out"
+    from proactivebench_builder.core import fileio
+
+    fileio.write_bytes_atomic(fileio.join(marker, LOCK), content)
+    with pytest.raises(FolderLocked, match="another build"):
+        with BuildLock(marker):
+            pass
+
+
 def _shadowing_plugins(tmp_path) -> str:
     folder = tmp_path / "plugins"
     folder.mkdir()

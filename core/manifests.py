@@ -83,9 +83,10 @@ def load_manifest(name: str, folder: str | None = None) -> dict:
                                 f"{guess[0]!r}?")
     if manifest["name"] != name:
         raise ManifestError(f"manifest {name}.yaml names itself {manifest['name']!r}")
-    for key in ("parameters", "parameter_rules"):
-        if not isinstance(manifest.get(key) or {}, dict):
-            raise ManifestError(f"manifest {name}.yaml: {key} is not a mapping")
+    if not isinstance(manifest["parameters"], dict):
+        raise ManifestError(f"manifest {name}.yaml: parameters is not a mapping")
+    if not isinstance(manifest.get("parameter_rules") or {}, dict):
+        raise ManifestError(f"manifest {name}.yaml: parameter_rules is not a mapping")
     for parameter, rule in (manifest.get("parameter_rules") or {}).items():
         if parameter not in manifest["parameters"]:
             raise ManifestError(f"manifest {name}.yaml: a rule for the unknown parameter "
@@ -150,7 +151,7 @@ def rule_problem(rule) -> str | None:
     unknown = [k for k in rule if k not in RULE_KEYS]
     if unknown:
         return f"unknown key {unknown[0]!r} (a rule holds {', '.join(RULE_KEYS)})"
-    if "type" in rule and rule["type"] not in TYPES:
+    if "type" in rule and (not isinstance(rule["type"], str) or rule["type"] not in TYPES):
         return f"type {rule['type']!r} is not one of {', '.join(TYPES)}"
     if "choices" in rule and not isinstance(rule["choices"], list):
         return "choices is not a list"
@@ -306,8 +307,11 @@ def _evaluate(node, names: dict):
             left = right
         return True
     if isinstance(node, ast.BinOp):
-        return _ARITHMETIC[type(node.op)](_evaluate(node.left, names),
-                                          _evaluate(node.right, names))
+        left, right = _evaluate(node.left, names), _evaluate(node.right, names)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
+            # arithmetic on numbers only: `list * int` would allocate what a value claims
+            raise TypeError(f"arithmetic on {type(left).__name__} and {type(right).__name__}")
+        return _ARITHMETIC[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         value = _evaluate(node.operand, names)
         return -value if isinstance(node.op, ast.USub) else not value

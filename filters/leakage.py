@@ -84,11 +84,11 @@ def load_keep_list(spec: str) -> dict[str, set[int]]:
     kept = {}
     for config, ids in data.items():
         if not isinstance(ids, list):
-            raise KeepListError(f"keep-list {spec}: {config}: expected a list of ids, got "
+            raise KeepListError(f"keep-list {spec}: {config!r}: expected a list of ids, got "
                                 f"{type(ids).__name__}")
         for i in ids:  # 0.9 and true were kept as ids 0 and 1; null and 1e400 a traceback
             if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-                raise KeepListError(f"keep-list {spec}: {config}: id {i!r} is not a sample id "
+                raise KeepListError(f"keep-list {spec}: {config!r}: id {i!r} is not a sample id "
                                     "(an integer, 0 or more)")
         kept[config] = set(ids)
     return kept

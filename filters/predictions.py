@@ -220,5 +220,5 @@ def _check_duplicates(rows: list[dict], url: str) -> None:
             dupes.append(ident)
         seen.add(ident)
     if dupes:
-        shown = ", ".join(f"{m} / {c} / {s}" for m, c, s in dupes[:5])
+        shown = ", ".join(f"{m!r} / {c!r} / {s!r}" for m, c, s in dupes[:5])
         raise PredictionsError(f"{url}: {len(dupes)} duplicate model x sample rows, e.g. {shown}")

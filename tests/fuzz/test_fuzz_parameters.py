@@ -115,8 +115,9 @@ def test_set_values_of_any_shape_are_refused_in_one_line_or_kept_to_their_rules(
 
 # ---- manifests -------------------------------------------------------------------------------
 
-with open(os.path.join(EXTRA_SCENARIO_DIR, "focus.yaml"), encoding="utf-8") as _handle:
-    FOCUS = yaml.safe_load(_handle)
+with open(os.path.join(EXTRA_SCENARIO_DIR, "focus.yaml"), "rb") as _handle:
+    FOCUS_TEXT = _handle.read()
+FOCUS = yaml.safe_load(FOCUS_TEXT)
 MANIFEST_NAME = "fuzzmanifest"   # not packaged: read from the scratch folder, as a plug-in's
 RULE_KEYS = st.sampled_from(manifests.RULE_KEYS + ("typ", "kind"))
 RULES = st.recursive(
@@ -191,6 +192,8 @@ def test_a_manifest_loads_or_is_one_manifest_error_and_judges_any_value(data):
 @example(text=b"\xff\xfe")
 @example(text=b"!!float")  # PyYAML: IndexError, not a YAMLError
 @example(text=b"name: fuzzmanifest\nparameters: [1]\n")
+@example(text=FOCUS_TEXT.replace(b"name: focus", b"name: fuzzmanifest").replace(
+    b"frames_per_item: {type: int, min: 2}", b"frames_per_item: {type: {}}"))  # unhashable
 def test_manifest_bytes_load_or_are_one_manifest_error(text):
     _load(text)
 
@@ -290,6 +293,7 @@ def _check_keep_list(path: str, configs: list[str]) -> None:
 @example(data=b'{"QuickDraw": [1e400]}', configs=["QuickDraw"])
 @example(data=b'{"kept_ids": 3}', configs=[])
 @example(data=b"[" * 100000, configs=[])
+@example(data=b'{"\\n": null}', configs=[])  # a config name holding a line break: one line
 def test_a_keep_list_reads_or_is_one_keep_list_error(data, configs):
     _check_keep_list(_write("keep.json", data), configs)
 

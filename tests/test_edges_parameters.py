@@ -453,3 +453,22 @@ def test_a_keep_list_may_leave_a_config_empty_on_purpose(tmp_path):
     path = tmp_path / "keep.json"
     path.write_text('{"QuickDraw": [], "MVP-N": [3, 1]}')
     assert load_keep_list(str(path)) == {"QuickDraw": set(), "MVP-N": {1, 3}}
+
+
+@pytest.mark.parametrize("report", ['[1]', "[" * 50000 + "]" * 50000, '{"stamp": [1]}',
+                                    '{"stamp": {"code_version": "x"}, "files": [1, {"path": 2}]}',
+                                    '{"stamp": {"code_version": "x"}, "sources": [], '
+                                    '"scenarios": {"quickdraw": 3}}'])
+def test_an_odd_previous_report_is_no_pool_for_the_predictions_check(tmp_path, report):
+    """The driver's coverage check reads the output folder's previous build.json as a shortcut;
+    a list there or deep nesting was an AttributeError or RecursionError traceback."""
+    from proactivebench_builder.core.config import BuildConfig
+    from proactivebench_builder.filters.coverage import previous_pools
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "build.json").write_text(report)
+    config = BuildConfig(seed=0, output=str(tmp_path), scenarios=("quickdraw",), sources={},
+                         config_to_scenario={}, stamp={"code_version": "x", "seed": None,
+                                                       "origin": None, "manifests": {},
+                                                       "parameter_overrides": {}})
+    assert previous_pools(config) == {}

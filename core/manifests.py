@@ -23,9 +23,9 @@ from proactivebench_builder.core.errors import ScenarioError
 MANIFEST_PACKAGE = "proactivebench_builder.source_manifests"
 REQUIRED_KEYS = ("name", "config_name", "dataset", "license", "citation", "homepage",
                  "source_subdir", "layout", "parameters")
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest or its data file (a class table) is package text
 # Keys the project reads when present; any other key is the scenario's own (class names, ...),
 # except one so close to a known key that it is surely a misspelling of it.
-MAX_MANIFEST_BYTES = 64 << 20  # a manifest or its data file (a class table) is package text
 OPTIONAL_KEYS = ("parameter_rules", "parameter_constraints", "checksums", "expected_files",
                  "downloads")
 

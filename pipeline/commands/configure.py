@@ -155,7 +155,7 @@ def set_value(text: str) -> tuple[object, str | None]:
     try:
         if any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None)
                for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-            return None, f"{text!r}: YAML anchors and aliases (& and *) are not accepted here"
+            return None, f"{text[:60]!r}: YAML anchors and aliases (& and *) are not accepted here"
         return yaml.safe_load(text), None
     # PyYAML fails on some malformed scalars with its own IndexError or ValueError (`!!float`
     # alone, `!!binary x`), not a YAMLError: every failure to read the text is the user's

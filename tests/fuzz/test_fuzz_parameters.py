@@ -14,10 +14,12 @@ for a longer run). Failures found while fuzzing are kept as explicit @example ca
 """
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import math
 import os
+import shutil
 import tempfile
 
 import pyarrow as pa
@@ -41,6 +43,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 10
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
 SCRATCH = tempfile.mkdtemp(prefix="pb-fuzz-parameters-")
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 SCENARIOS = load_scenarios()
 PARAMETERS = [(name, parameter) for name in sorted(SCENARIOS)

@@ -40,7 +40,7 @@ from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
     TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
-from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
+from proactivebench_builder.core.records import INT_COLUMNS, arrow_schema, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
@@ -49,6 +49,9 @@ HELP = "check a built folder against the record contract (exit 1 listing every p
 
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
+# The largest integer (frame index, step cap, ...) a row's checks iterate up to: far above any
+# real record (the longest source video has some thousands of frames).
+MAX_ROW_INTEGER = 1_000_000
 
 
 
@@ -76,23 +79,35 @@ def schema_problems(actual, where: str, expected=None) -> list[str]:
     if hf is None:
         problems.append(f"{where}: no `huggingface` schema metadata (frames would not load as "
                         "images)")
-    elif json.loads(hf) != json.loads(expected.metadata[b"huggingface"]):
+    elif _json_or_none(hf) != json.loads(expected.metadata[b"huggingface"]):
         problems.append(f"{where}: `huggingface` feature metadata differs from the contract")
     return problems
 
 
+def _json_or_none(data: bytes):
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested without end
+        return None
+
+
+def has_columns(actual, expected) -> bool:
+    """Every column of `expected` is in `actual`, with its type (rows can then be checked)."""
+    return all(f.name in actual.names and actual.field(f.name).type.equals(f.type)
+               for f in expected)
+
+
 def iter_rows(url: str, columns: list[str] | None = None):
-    """Rows of one shard, a small batch at a time."""
-    fs, path = fileio.filesystem(url)
-    with fs.open(path, "rb") as handle:
+    """Rows of one shard, a small batch at a time (a FIFO or a folder in a shard's place is
+    refused, never waited on: `fileio.open_source`)."""
+    with fileio.open_source(url) as handle:
         parquet = pq.ParquetFile(handle)
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
             yield from batch.to_pylist()
 
 
 def read_schema(url: str):
-    fs, path = fileio.filesystem(url)
-    with fs.open(path, "rb") as handle:
+    with fileio.open_source(url) as handle:
         return pq.ParquetFile(handle).schema_arrow
 
 
@@ -210,6 +225,18 @@ def unregistered_problem(config: str,
             "proactivebench_builder.scenarios (README: Adding a scenario)")
 
 
+def bound_problems(row: dict) -> list[str]:
+    """Integers beyond what any real record holds. A shard can hold anything once its digests
+    are recomputed (the checksums detect damage, not forgery), and the step-cap checks iterate
+    over these values (a ChangeIt max_steps of 10^9 would build a list of 2*10^9 ids), so
+    rows beyond the bound are reported and their step checks skipped."""
+    values = [(name, row.get(name)) for name in sorted(INT_COLUMNS)]
+    values += [("frame_ids", i) for i in (row.get("frame_ids") or [])]
+    return [f"{name}={value} is beyond the {MAX_ROW_INTEGER:,} validate checks (no real "
+            "record comes near it)" for name, value in values
+            if isinstance(value, int) and abs(value) > MAX_ROW_INTEGER][:1]
+
+
 def row_problems(row: dict, config: str) -> list[str]:
     problems = []
     for field in ("key", "id", "prompt", "image_template"):
@@ -219,7 +246,10 @@ def row_problems(row: dict, config: str) -> list[str]:
     registered = scenario_for_config(config) is not None  # else: one problem for the config
     problems += option_problems(row, config) if registered else []
     problems += frame_id_problems(row)
-    problems += declared_behaviour(config).record_problems(row) if registered else []
+    out_of_bounds = bound_problems(row)
+    problems += out_of_bounds
+    if registered and not out_of_bounds:
+        problems += declared_behaviour(config).record_problems(row)
     problems += frame_problems(row)
     return problems
 
@@ -250,7 +280,8 @@ class FolderValidator:
                               + buildfolder.card_problems(self.root, report)
                               + buildfolder.stray_files(self.root, report,
                                                         buildfolder.shard_folders(self.root),
-                                                        buildfolder.train_shards(self.root)))
+                                                        buildfolder.train_shards(self.root))
+                              + buildfolder.upstream_problems(self.root, report))
         report, problems = buildfolder.check_build_report(self.root)
         self.problems += problems
         folders = buildfolder.shard_folders(self.root)
@@ -284,7 +315,7 @@ class FolderValidator:
             return
         expected = train_arrow_schema()
         self.problems += schema_problems(schema, where, expected)
-        if any(n not in schema.names for n in expected.names):
+        if not has_columns(schema, expected):
             return
         columns = [c for c in expected.names if self.decode_frames or c != "images"]
         seen = self.ids_by_key[(TRAIN, TRAIN_CONFIG)]
@@ -321,10 +352,9 @@ class FolderValidator:
             self.problems.append(f"{where}: unreadable Parquet: {type(err).__name__}: {err}")
             return
         self.problems += schema_problems(schema, where)
-        expected = arrow_schema().names
-        if any(n not in schema.names for n in expected):
-            return  # rows cannot be checked without every column
-        columns = [c for c in expected if self.decode_frames or c != "frames"]
+        if not has_columns(schema, arrow_schema()):
+            return  # rows cannot be checked without every column, of its type
+        columns = [c for c in arrow_schema().names if self.decode_frames or c != "frames"]
         for row in iter_rows(url, columns):
             self.rows[(split, config)] += 1
             key = row.get("key")

@@ -659,13 +659,46 @@ def layout_problems(root: str, report: dict) -> list[str]:
 
 def remove_leftovers(output: str) -> int:
     """Temporary files (`.tmp-*`) a killed build left anywhere under `output`; only called while
-    the lock is held, so none of them belongs to a running build. Returns how many."""
+    the lock is held, so none of them belongs to a running build. Returns how many. A link to
+    a folder is not followed: nothing outside `output` is removed."""
     fs, root = fileio.filesystem(output)
     if not fs.isdir(root) or not fileio.exists(report_url(output)):
         return 0  # not a folder a build has written (a killed one marked it "building" first)
     removed = 0
-    for path in fs.find(root):
-        if os.path.basename(path).startswith(TEMPORARY_PREFIX):
-            fs.rm(path)
+    for relative in files_under(output):
+        if posixpath.basename(relative).startswith(TEMPORARY_PREFIX):
+            remove_file(fileio.join(output, relative))
             removed += 1
     return removed
+
+
+def remove_file(url: str) -> None:
+    """Remove one file (a link: the link itself, never what it points to)."""
+    if not fileio.is_local(url):
+        fileio.remove(url)
+        return
+    try:
+        os.remove(fileio.local_path(url))
+    except FileNotFoundError:
+        pass
+
+
+def files_under(url: str) -> list[str]:
+    """Sorted paths (relative to `url`, '/'-separated) of every file under a folder; a link is
+    listed as a file of its own and never followed (fsspec's `find` follows links to folders,
+    which would reach outside). [] when `url` is not a folder."""
+    if not fileio.is_local(url):
+        fs, root = fileio.filesystem(url)
+        if not fs.isdir(root):
+            return []
+        root = root.rstrip("/")
+        return sorted(posixpath.relpath(p, root) for p in fs.find(root))
+    root = fileio.local_path(url)
+    if not os.path.isdir(root) or os.path.islink(root):
+        return []
+    found = []
+    for parent, dirs, files in os.walk(root):  # followlinks=False: a link to a folder is in dirs
+        links = [d for d in dirs if os.path.islink(os.path.join(parent, d))]
+        for name in files + links:
+            found.append(os.path.relpath(os.path.join(parent, name), root).replace(os.sep, "/"))
+    return sorted(found)

@@ -72,6 +72,7 @@ import json
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 import zipfile
 
@@ -198,17 +199,10 @@ def built_file(path: str, folder: str, relative: str, kind: str) -> PlannedFile:
 
 
 def list_files(url: str) -> list[str]:
-    """Sorted relative paths of every file under a folder (temporary files excluded)."""
-    fs, root = fileio.filesystem(url)
-    if not fs.isdir(root):
-        return []
-    root = root.rstrip("/")
-    found = []
-    for full in fs.find(root):
-        relative = posixpath.relpath(full, root)
-        if not posixpath.basename(relative).startswith(TEMP_PREFIX):
-            found.append(relative)
-    return sorted(found)
+    """Sorted relative paths of every file under a folder (temporary files excluded; a link is
+    listed, never followed: `buildfolder.files_under`)."""
+    return [p for p in buildfolder.files_under(url)
+            if not posixpath.basename(p).startswith(TEMP_PREFIX)]
 
 
 # ----------------------------------------------------------------------------- the card
@@ -676,15 +670,26 @@ class FsspecTarget:
             return {}
         sizes = {f.path: f.size for f in files}
         found = {}
-        for full, info in sorted(self.fs.find(self.root, detail=True).items()):
-            path = posixpath.relpath(full, self.root)
+        for path, size in self.sizes():
             sha256 = None
-            if sizes.get(path) == info["size"]:
+            if sizes.get(path) == size:
                 try:
                     sha256 = file_digests(self.final_url(path))[1]
                 except fileio.NotARegularFile:
                     pass
-            found[path] = RemoteFile(path, info["size"], sha256)
+            found[path] = RemoteFile(path, size, sha256)
+        return found
+
+    def sizes(self) -> list[tuple[str, int]]:
+        """(path, size) of every file in the target; locally a link is not followed (its size
+        is -1: never taken for a planned file's bytes)."""
+        if not fileio.is_local(self.url):
+            return [(posixpath.relpath(full, self.root), info["size"])
+                    for full, info in sorted(self.fs.find(self.root, detail=True).items())]
+        found = []
+        for path in buildfolder.files_under(self.url):
+            info = os.lstat(os.path.join(fileio.local_path(self.url), *path.split("/")))
+            found.append((path, info.st_size if stat.S_ISREG(info.st_mode) else -1))
         return found
 
     def owned(self, remote: dict[str, RemoteFile], with_upstream: bool,

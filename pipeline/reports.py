@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 from collections import Counter, defaultdict
 
 import apache_beam as beam
@@ -159,14 +158,11 @@ class WriteReports(beam.DoFn):
 
     def _remove_stale_export(self, output: str, exported: dict) -> None:
         """An earlier build's exported files this build neither wrote nor keeps."""
-        fs, root = fileio.filesystem(fileio.join(output, UPSTREAM_DIR))
-        if not fs.isdir(root):
-            return
-        root = root.rstrip("/")
-        stale = [path for path in fs.find(root)
-                 if f"{UPSTREAM_DIR}/{posixpath.relpath(path, root)}" not in exported]
-        for path in stale:
-            fs.rm(path)
+        upstream = fileio.join(output, UPSTREAM_DIR)
+        stale = [relative for relative in buildfolder.files_under(upstream)  # links not followed
+                 if f"{UPSTREAM_DIR}/{relative}" not in exported]
+        for relative in stale:
+            buildfolder.remove_file(fileio.join(upstream, relative))
         if stale:
             LOG.info("removed %d files of an earlier upstream export from %s", len(stale),
                      fileio.join(output, UPSTREAM_DIR))

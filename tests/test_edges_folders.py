@@ -675,3 +675,47 @@ def test_validate_stays_bounded_on_a_forged_step_cap(built, capsys):
     assert buildfolder.folder_problems(built) == []  # the forgery passes the integrity check
     code, text = run_validate(built, capsys)
     assert_one_clear_line(code, text, "max_steps=1000000000")
+
+
+# ---- the same pattern in the build's own clean-up: never through a link ---------------------------
+
+def test_temporary_names_are_what_publish_takes_for_a_leftover():
+    """publish deletes a `.tmp-*` file of the target only when its name is one
+    `fileio.temporary_name` makes (a user's `.tmp-notes.txt` stays): the two agree."""
+    from proactivebench_builder.core import fileio
+    from proactivebench_builder.core.layout import TEMPORARY_NAME
+
+    for final in ("/x/QuickDraw/test-00000-of-00001.parquet", "/x/" + "a" * 250 + ".png"):
+        assert TEMPORARY_NAME.match(os.path.basename(fileio.temporary_name(final)))
+    assert not TEMPORARY_NAME.match(".tmp-notes.txt")
+
+
+def test_leftovers_are_removed_without_following_a_link_out(tmp_path):
+    output, outside = tmp_path / "out", tmp_path / "outside"
+    outside.mkdir()
+    (outside / ".tmp-0123456789ab-1-0-keep.png").write_bytes(b"not the build's")
+    buildfolder.mark_building(str(output))
+    (output / "upstream").mkdir()
+    os.symlink(outside, output / "upstream" / "link")
+    (output / "upstream" / ".tmp-0123456789ab-1-1-x.png").write_bytes(b"half a file")
+    assert buildfolder.remove_leftovers(str(output)) == 1
+    assert (outside / ".tmp-0123456789ab-1-0-keep.png").exists()
+
+
+def test_a_rebuild_removes_an_earlier_exports_files_and_nothing_outside(tmp_path,
+                                                                       miniature_root, capsys):
+    output, outside = str(tmp_path / "out"), tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.png").write_bytes(b"not the build's")
+    run(output, miniature_root, "quickdraw", "--no_train")
+    stale = os.path.join(output, "upstream", "QuickDraw", "stale", "0000.png")
+    os.makedirs(os.path.dirname(stale))
+    shutil.copy(exported_image(output, "QuickDraw"), stale)
+    os.symlink(outside, os.path.join(output, "upstream", "QuickDraw", "link"))
+    run(output, miniature_root, "quickdraw", "--no_train")
+    assert not os.path.exists(stale)
+    assert not os.path.lexists(os.path.join(output, "upstream", "QuickDraw", "link"))
+    assert (outside / "precious.png").read_bytes() == b"not the build's"
+    capsys.readouterr()
+    code, text = run_validate(output, capsys)
+    assert code == 0, text

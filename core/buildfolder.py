@@ -285,14 +285,14 @@ class NotListable(OSError):
 
 
 def relative_path_problem(path: str) -> str | None:
-    """Why `path` (from build.json) is not a plain path inside the folder, or None."""
+    """Why `path` (from build.json, or a folder given for inside a target) is not a plain
+    relative path that stays inside its folder, or None."""
     if not path or "\0" in path:
         return "empty or holding a NUL byte"
     if path.startswith("/") or "://" in path:
-        return "absolute: outside the build folder"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        return "leads outside the build folder or is not normalised ('..', '.', '//')"
+        return "an absolute path: outside the folder"
+    if any(p in ("", ".", "..") for p in path.split("/")):
+        return "a '..', '.' or empty part: it could lead outside the folder"
     return None
 
 
@@ -493,7 +493,8 @@ def card_problems(folder: str, report: dict) -> list[str]:
     infos = meta.get("dataset_info") or []
     described = {(i.get("config_name"), i.get("description"))
                  for i in (infos if isinstance(infos, list) else []) if isinstance(i, dict)
-                 and isinstance(i.get("config_name"), str) and isinstance(i.get("description"), str)}
+                 and isinstance(i.get("config_name"), str)
+                 and isinstance(i.get("description"), str)}
     problems = []
     for info in dataset_info(listed(report, "files")):
         if (info["config_name"], info["description"]) not in described:
@@ -694,7 +695,7 @@ def files_under(url: str) -> list[str]:
         root = root.rstrip("/")
         return sorted(posixpath.relpath(p, root) for p in fs.find(root))
     root = fileio.local_path(url)
-    if not os.path.isdir(root) or os.path.islink(root):
+    if not os.path.isdir(root):  # (`url` itself may be a link to a folder: it was given)
         return []
     found = []
     for parent, dirs, files in os.walk(root):  # followlinks=False: a link to a folder is in dirs

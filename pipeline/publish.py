@@ -37,9 +37,10 @@ How it is published:
   `.proactivebench-publish.json` (written last); on the Hub, `reports/*` and, with
   `--with_upstream`, the upstream prefix are taken as the earlier publish's.
 - Hub: a file whose bytes are already on the remote (same LFS sha256, or same git blob id for
-  small files) is skipped, so re-running after an interruption uploads only what is missing. When the upload fits `max_commit_bytes` and
-  `max_commit_files`, everything is one atomic `create_commit` with `parent_commit` set (so a
-  concurrent push makes it fail instead of mixing). Otherwise the data files go through
+  small files) is skipped, so re-running after an interruption uploads only what is missing.
+  When the upload fits `max_commit_bytes` and `max_commit_files`, everything is one atomic
+  `create_commit` with `parent_commit` set (so a concurrent push makes it fail instead of
+  mixing). Otherwise the data files go through
   `upload_folder` (resumable, several commits) from a staging folder holding only the missing
   files, and a final commit writes the card and deletes stale files, so the card names the new
   shards only once they are all present. `HfFileSystem` (one commit per file) is never used.

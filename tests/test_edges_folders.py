@@ -41,7 +41,8 @@ from proactivebench_builder.pipeline.commands import validate  # noqa: E402
 from proactivebench_builder.pipeline.dataset_card import dataset_info  # noqa: E402
 from proactivebench_builder.runtime import loading  # noqa: E402
 
-DEADLINE_S = int(os.environ.get("PB_TEST_DEADLINE", "60"))  # a hang, not slowness: every check here takes a few seconds on the miniature
+# a hang, not slowness: every check here takes a few seconds on the miniature
+DEADLINE_S = int(os.environ.get("PB_TEST_DEADLINE", "60"))
 
 
 class Hung(Exception):
@@ -286,7 +287,7 @@ def test_an_update_keeps_the_digests_of_the_export_it_keeps(tmp_path, miniature_
     assert validate.validate_folder(output, decode_frames=False) == []
 
 
-# ---- point 13 and section K: publish targets ------------------------------------------------------
+# ---- point 13 and section K: publish targets -----------------------------------------------------
 
 @pytest.fixture
 def small_filesystem(tmp_path):
@@ -399,6 +400,19 @@ def test_publish_deletes_what_an_earlier_publish_wrote_and_the_card_would_read(
     assert "delete 3 stale" in text, text
     assert not any(os.path.exists(p) for p in (
         stray, leftover, os.path.join(target, "reports", "old_report.json")))
+
+
+def test_a_target_that_is_a_link_to_a_folder_is_published_into_that_folder(
+        publishable, tmp_path, capsys):
+    """Documented: the target is the user's; a link given as the target is followed (links
+    inside it are not), and a rerun finds what the first publish wrote."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    os.symlink(real, link)
+    assert run_publish(publishable, str(link), capsys)[0] == 0
+    assert (real / "README.md").exists() and (real / publish.MANIFEST).exists()
+    code, text = run_publish(publishable, str(link), capsys)
+    assert code == 0 and "nothing to do" in text, text
 
 
 @pytest.mark.parametrize("prefix", ["../../escape", "/tmp/escape", "test/../../escape", "..",
@@ -677,7 +691,7 @@ def test_validate_stays_bounded_on_a_forged_step_cap(built, capsys):
     assert_one_clear_line(code, text, "max_steps=1000000000")
 
 
-# ---- the same pattern in the build's own clean-up: never through a link ---------------------------
+# ---- the same pattern in the build's own clean-up: never through a link --------------------------
 
 def test_temporary_names_are_what_publish_takes_for_a_leftover():
     """publish deletes a `.tmp-*` file of the target only when its name is one

@@ -39,7 +39,7 @@ JSON = st.recursive(
     max_leaves=16)
 
 
-# ---- a small build folder whose build.json and card the fuzzer rewrites ---------------------------
+# ---- a small build folder whose build.json and card the fuzzer rewrites --------------------------
 
 SHARD = "QuickDraw/test-00000-of-00001.parquet"
 PATHS = [SHARD, "../outside.bin", "/dev/zero", "reports", "reports/pipe", "README.md", "a//b",
@@ -159,7 +159,7 @@ def test_build_json_of_any_bytes_is_problem_lines(folder, raw):
     check_every_reader(folder)
 
 
-# ---- the card's front matter ----------------------------------------------------------------------
+# ---- the card's front matter ---------------------------------------------------------------------
 
 YAML_BITS = st.sampled_from([
     "configs:", "- config_name: QuickDraw", "  data_files:", "  - split: test",

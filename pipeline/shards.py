@@ -210,6 +210,7 @@ class WriteShard(beam.DoFn):
 
         prefetched = prefetch(scenario, rows)
         dropped = []
+        exported = {}  # key -> what build.json records of its exported images
 
         def materialized():
             for r, row in enumerate(rows):
@@ -223,8 +224,9 @@ class WriteShard(beam.DoFn):
                     dropped.append((row, err))
                     continue
                 if export:
-                    for frame in frames:
+                    exported[row["key"]] = tuple(
                         upstream_export.write_image(output, frame["path"], frame["bytes"])
+                        for frame in frames)
                 yield dict(row, frames=frames)
 
         config = scenario.config_name
@@ -251,4 +253,5 @@ class WriteShard(beam.DoFn):
             yield results.ShardWritten(name, config, TEST, twin, *facts)
         if export:
             for row in rows:
-                yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row))
+                yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),
+                                           exported.get(row["key"], ()))

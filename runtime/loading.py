@@ -45,11 +45,12 @@ def check_data(data: str) -> None:
     one, must be such a build); a path that does not exist is not taken for a Hub id."""
     if os.path.isdir(data):
         parent = os.path.dirname(os.path.abspath(data))
-        if is_upstream_layout(data):
+        export = is_upstream_layout(data)
+        if export:
             if not os.path.exists(os.path.join(parent, BUILD_REPORT)):
                 return  # the released test/ folder, or another upstream-layout copy
             data = parent  # our own DIR/upstream export: its build must be trusted
-        problems = buildfolder.folder_problems(data)
+        problems = buildfolder.folder_problems(data, upstream=export)  # and its export's digests
         if problems:
             raise SystemExit(f"--data {data}: " + problems[0] + (
                 f" (and {len(problems) - 1} more problems; run_pipeline.py validate "

@@ -62,14 +62,25 @@ def config_of(record: dict, config: str | None = None) -> str:
 
 
 def decode_frame(frame) -> Image.Image:
-    """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes."""
+    """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes.
+    Bytes that are not a whole image, or hold more pixels than PIL's decompression-bomb limit,
+    are a MalformedRecord (decoded only then: the size is read from the header first)."""
     if isinstance(frame, Image.Image):
         return frame
     data = frame.get("bytes") if isinstance(frame, dict) else frame
-    if not data:
+    if not data or not isinstance(data, (bytes, bytearray)):
         raise MalformedRecord("frame without bytes (frames must come from the row)")
-    image = Image.open(io.BytesIO(data))
-    image.load()
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > Image.MAX_IMAGE_PIXELS:
+            raise MalformedRecord(f"frame of {width}x{height} pixels: more than PIL's "
+                                  f"decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,})")
+        image.load()
+    except MalformedRecord:
+        raise
+    except Exception as err:  # noqa: BLE001 (PIL raises many types for bad data)
+        raise MalformedRecord(f"undecodable frame ({type(err).__name__}: {err})") from None
     return image
 
 
@@ -198,6 +209,11 @@ class Environment:
     def current_image(self) -> Image.Image:
         image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
         image = self.frame(image_id).convert("RGB")
+        box = self.rules.view_box(self)
+        if box is not None and (box[2] - box[0]) * (box[3] - box[1]) > Image.MAX_IMAGE_PIXELS:
+            # a crop allocates its box, whatever the image's size
+            raise MalformedRecord(f"{self.key}: view {tuple(round(v) for v in box)} is larger "
+                                  f"than PIL's decompression-bomb limit")
         return self.rules.transform(self, image)
 
     def observe(self) -> Observation:

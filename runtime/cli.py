@@ -31,7 +31,7 @@ from proactivebench_builder.runtime import (
     environments as envs, loading, metrics, open_ended, results_file)
 from proactivebench_builder.runtime.episodes import run_episode
 from proactivebench_builder.runtime.model_specs import (
-    ModelSpecError, check_model_spec, load_model, model_identity)
+    ModelSpecError, check_model_spec, is_policy, load_model, model_identity)
 from proactivebench_builder.runtime.models import ModelError
 from proactivebench_builder.runtime.predictions_schema import prediction_row
 
@@ -386,9 +386,10 @@ def _matches(result: dict, signature: dict) -> bool:
 def _written_before_identities(result: dict, signature: dict) -> bool:
     """A line of a run like this one written before lines recorded the model's adapter and
     endpoint (and the judge): which model wrote it cannot be told."""
-    if signature["first_round_only"]:
+    if signature["first_round_only"]:  # a built-in policy's identity is its name
         return ("schema_version" in result and signature["model"] != signature["model_spec"]
-                and result.get("model") == signature["model"])
+                and result.get("model") == signature["model"]
+                and not is_policy(signature["model"]))
     old = {k: v for k, v in signature.items() if k not in ("model_spec", "judge")}
     return ("model_spec" not in result and "schema_version" not in result
             and all(result.get(k) == v for k, v in old.items()))

@@ -60,6 +60,12 @@ def model_identity(spec: str) -> str:
     return f"openai:{model}@{endpoint_identity(base_url or DEFAULT_BASE_URL)}"
 
 
+def is_policy(name: str) -> bool:
+    """Whether `name` is a built-in policy's identity (its name: `oracle`, `random:3`, ...)."""
+    kind, _, rest = name.partition(":")
+    return name in POLICIES or (kind == "random" and rest.lstrip("-").isdigit())
+
+
 def endpoint_identity(url: str) -> str:
     """`url` as it identifies an endpoint: scheme and host in lower case, no credentials, no
     trailing slash."""

@@ -197,3 +197,209 @@ def test_a_results_file_that_cannot_be_written_is_one_line(qd_build, tmp_path, c
     assert len(read_jsonl(results)) == 2 and results.read_bytes().endswith(b"\n")
     monkeypatch.setattr(results_file.os, "write", real_write)
     assert evaluate(capsys, "--data", qd_build, *QD, "--results", str(results))[0] == 0
+
+
+# ---- a loopback OpenAI-compatible endpoint with hostile modes -----------------------------------
+
+class Endpoint(ThreadingHTTPServer):
+    """Answers POST /v1/chat/completions as `mode` says (per request, from `script` first):
+    "text:T" (the content T), "list", "nullchoices", "intcontent", "dictcontent", "nested",
+    "huge" (a reply larger than the cap), "trickle" (one byte a second), "redirect:URL",
+    "hang" (never answers), or an HTTP status. Logs every request (path, model, Authorization)."""
+    daemon_threads = True
+
+    def __init__(self, mode: str = "text:A"):
+        super().__init__(("127.0.0.1", 0), EndpointHandler)
+        self.mode, self.script, self.requests = mode, [], []
+        self.stop = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class EndpointHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, data: bytes, status: int = 200, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.server.requests.append({"method": "GET", "path": self.path, "model": None,
+                                     "auth": self.headers.get("Authorization")})
+        self._reply(json.dumps({"choices": [{"message": {"content": "stolen"}}]}).encode())
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.requests.append({"method": "POST", "path": self.path,
+                                     "model": body.get("model"),
+                                     "auth": self.headers.get("Authorization")})
+        mode = self.server.script.pop(0) if self.server.script else self.server.mode
+        try:
+            self._answer(mode)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _answer(self, mode):
+        content = lambda value: json.dumps(  # noqa: E731
+            {"choices": [{"message": {"content": value}}]}).encode()
+        if isinstance(mode, int):
+            return self._reply(b"{}", status=mode)
+        if mode.startswith("text:"):
+            return self._reply(content(mode[5:]))
+        if mode.startswith("redirect:"):
+            return self._reply(b"", status=302, headers=[("Location", mode[9:])])
+        fixed = {"list": b"[1, 2]", "nullchoices": b'{"choices": null}',
+                 "intcontent": content(42), "dictcontent": content({"a": 1}),
+                 "nested": b"[" * 100000 + b"]" * 100000}
+        if mode in fixed:
+            return self._reply(fixed[mode])
+        if mode == "huge":
+            from proactivebench_builder.runtime.models import MAX_REPLY_BYTES
+            size = MAX_REPLY_BYTES * 4
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = b" " * (1 << 20)
+            for _ in range(size >> 20):
+                self.wfile.write(block)
+            return None
+        if mode == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10 ** 9))
+            self.end_headers()
+            while not self.server.stop.is_set():
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.5)
+            return None
+        if mode == "hang":
+            self.server.stop.wait(600)
+            return None
+        raise AssertionError(f"unknown mode {mode!r}")
+
+
+@pytest.fixture
+def endpoints():
+    """endpoints(mode) -> a started Endpoint; all are stopped at the end of the test."""
+    started = []
+
+    def start(mode: str = "text:A") -> Endpoint:
+        server = Endpoint(mode)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+    yield start
+    for server in started:
+        server.stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+# ---- what a result line is reused for (point 2; inventory I) -------------------------------------
+
+def test_the_builtin_oracle_is_not_an_endpoint_model_named_oracle(qd_build, tmp_path, capsys,
+                                                                  endpoints):
+    """Before: `--model openai:oracle@URL` after `--model oracle` into the same results file
+    asked the endpoint nothing and reported the built-in policy's 100%."""
+    results = str(tmp_path / "r.jsonl")
+    assert evaluate(capsys, "--data", qd_build, *QD, "--results", results)[0] == 0
+    api = endpoints("text:Z")  # never a right answer
+    status, out, err = evaluate(capsys, "--data", qd_build, "--scenarios", "quickdraw",
+                                "--model", f"openai:oracle@{api.url}", "--results", results)
+    assert status == 0, err
+    assert len(api.requests) == 60 and " 0.0" in out and " 100.0" not in out
+    specs = {line["model_spec"] for line in read_jsonl(results)}
+    assert specs == {"oracle", f"openai:oracle@{api.url}"}
+
+
+def test_one_model_name_at_two_endpoints_is_two_models(qd_build, tmp_path, capsys, endpoints):
+    results = str(tmp_path / "r.jsonl")
+    first, second = endpoints("text:Z"), endpoints("text:Z")
+    for api in (first, second):
+        argv = ["--data", qd_build, "--scenarios", "quickdraw", "--model",
+                f"openai:m@{api.url}", "--results", results]
+        assert evaluate(capsys, *argv)[0] == 0
+        assert len(api.requests) == 60
+    assert evaluate(capsys, "--data", qd_build, "--scenarios", "quickdraw", "--model",
+                    f"openai:m@{first.url}/", "--results", results)[0] == 0
+    assert len(first.requests) == 60  # the same endpoint, spelt with a slash: reused
+
+
+def test_another_judge_judges_again(qd_build, tmp_path, capsys, endpoints):
+    """Before: an OEG run with judge B after judge A into the same file asked judge B nothing
+    and reported judge A's verdicts as B's."""
+    results = str(tmp_path / "r.jsonl")
+    judge = endpoints("text:1, 1")
+    oeg = ["--data", qd_build, "--scenarios", "quickdraw", "--model", "oracle", "--mode", "oeg",
+           "--oeg_samples", "5", "--results", results]
+    assert evaluate(capsys, *oeg, "--judge", f"openai:judge-A@{judge.url}")[0] == 0
+    assert [r["model"] for r in judge.requests] == ["judge-A"] * 5
+    judge.mode = "text:0, 0"
+    status, out, err = evaluate(capsys, *oeg, "--judge", f"openai:judge-B@{judge.url}")
+    assert status == 0, err
+    assert [r["model"] for r in judge.requests][5:] == ["judge-B"] * 5
+    assert " 0.0" in out and " 100.0" not in out
+    assert {line["judge"] for line in read_jsonl(results)} == {
+        f"openai:judge-A@{judge.url}", f"openai:judge-B@{judge.url}"}
+    # the same judge again: nothing asked
+    assert evaluate(capsys, *oeg, "--judge", f"openai:judge-B@{judge.url}")[0] == 0
+    assert len(judge.requests) == 10
+
+
+def test_a_judge_named_on_a_multiple_choice_run_changes_nothing(qd_build, tmp_path, capsys):
+    results = str(tmp_path / "r.jsonl")
+    assert evaluate(capsys, "--data", qd_build, *QD, "--results", results)[0] == 0
+    before = file_text(results)
+    assert evaluate(capsys, "--data", qd_build, *QD, "--judge", "openai:j@http://127.0.0.1:9",
+                    "--results", results)[0] == 0
+    assert file_text(results) == before
+
+
+def test_lines_written_before_the_model_was_identified_are_refused(qd_build, tmp_path,
+                                                                   capsys):
+    """Lines of an older version name the model by its bare name: they may be another model's,
+    so they are neither reused nor silently replaced."""
+    results = tmp_path / "r.jsonl"
+    assert evaluate(capsys, "--data", qd_build, *QD, "--results", str(results))[0] == 0
+    lines = read_jsonl(results)
+    results.write_text("".join(json.dumps({k: v for k, v in line.items()
+                                           if k not in ("model_spec", "judge")}) + "\n"
+                               for line in lines))
+    status, _, err = evaluate(capsys, "--data", qd_build, *QD, "--results", str(results))
+    line = one_line(err)
+    assert status == 2 and "written before result lines recorded the model's adapter" in line
+    assert "use a new --results file or delete it" in line
+
+
+def test_prediction_lines_name_the_model_by_its_identity(qd_build, tmp_path, capsys,
+                                                         endpoints):
+    """The leakage filter counts models by this name: an endpoint model named like a built-in
+    policy (or served at two URLs) stays a model of its own there too."""
+    results = str(tmp_path / "p.jsonl")
+    api = endpoints("text:A")
+    for model in ("first-option", f"openai:first-option@{api.url}"):
+        assert evaluate(capsys, "--data", qd_build, "--scenarios", "quickdraw", "--model", model,
+                        "--first_round_only", "--results", results)[0] == 0
+    assert len(api.requests) == 60
+    models = [line["model"] for line in read_jsonl(results)]
+    assert sorted(set(models)) == ["first-option", f"openai:first-option@{api.url}"]
+
+
+def test_model_identity():
+    from proactivebench_builder.runtime.model_specs import model_identity
+
+    assert model_identity("oracle") == "oracle"
+    assert model_identity("random") == model_identity("random:0") == "random:0"
+    assert model_identity("openai:m") == "openai:m@http://localhost:8000/v1"
+    assert model_identity("openai:m@HTTP://User:secret@Host:81/v1/") == "openai:m@http://host:81/v1"
+    assert model_identity("hf:org/m") == "hf:org/m"

@@ -227,7 +227,7 @@ def inside(root: str, relative: str) -> str:
     """The real path of `relative` under `root`; Outside when it is absolute or resolves (by
     `..` or a link) outside `root`."""
     if not relative or os.path.isabs(relative):
-        raise Outside(f"{relative!r} is not a path inside the folder")
+        raise Outside(f"{relative or repr(relative)}: an absolute path, outside the folder")
     real_root = os.path.realpath(root)
     real = os.path.realpath(os.path.join(real_root, relative))
     if os.path.commonpath([real_root, real]) != real_root:
@@ -324,7 +324,7 @@ def read_frame(data_dir: str, relative: str) -> bytes:
     try:
         data = fileio.read_bytes(inside(data_dir, relative), limit=MAX_FRAME_BYTES)
     except Outside as err:
-        raise BadRecord(f"frame {err} (--data {data_dir})") from None
+        raise BadRecord(f"frame {err}") from None
     except OSError as err:
         raise BadRecord(f"frame {relative}: {_os_reason(err)}") from None
     problem = image_problem(data, relative)

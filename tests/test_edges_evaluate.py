@@ -403,3 +403,223 @@ def test_model_identity():
     assert model_identity("openai:m") == "openai:m@http://localhost:8000/v1"
     assert model_identity("openai:m@HTTP://User:secret@Host:81/v1/") == "openai:m@http://host:81/v1"
     assert model_identity("hf:org/m") == "hf:org/m"
+
+
+# ---- an upstream-layout folder (point 3; inventory G) --------------------------------------------
+
+_OPENED: list | None = None
+
+
+def _audit(event, args):
+    if _OPENED is not None and event == "open" and isinstance(args[0], str):
+        _OPENED.append(args[0])
+
+
+sys.addaudithook(_audit)
+
+
+class opened_files:
+    """The paths opened inside the block (an audit hook: whatever opens them)."""
+
+    def __enter__(self) -> list:
+        global _OPENED
+        _OPENED = []
+        return _OPENED
+
+    def __exit__(self, *exc):
+        global _OPENED
+        _OPENED = None
+
+
+JSONL = "QuickDraw_preprocessed.jsonl"
+
+
+def upstream_copy(qd_build, tmp_path) -> str:
+    """A private upstream-layout folder holding QuickDraw's export (no enclosing build)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copytree(os.path.join(qd_build, "upstream", "QuickDraw"), folder / "QuickDraw")
+    shutil.copy(os.path.join(qd_build, "upstream", JSONL), folder / JSONL)
+    return str(folder)
+
+
+def edit_first(folder: str, change) -> dict:
+    """Apply `change(record)` to the first record of the folder's JSONL; returns the record."""
+    path = os.path.join(folder, JSONL)
+    records = [json.loads(line) for line in open(path)]
+    change(records[0])
+    with open(path, "w") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    return records[0]
+
+
+def refused(err: str) -> list[str]:
+    """The lines of a refusal: one per bad record, then the closing line (no traceback)."""
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if line.strip() and "sample/s]" not in line]
+
+
+def first_frame(folder: str) -> str:
+    record = json.loads(open(os.path.join(folder, JSONL)).readline())
+    return os.path.join(folder, record["image_template"].format(image="0000"))
+
+
+def _template(value):
+    def change(record):
+        record["image_template"] = value
+        record.pop("frame_ids", None)
+    return change
+
+
+@pytest.mark.parametrize("case", ["relative", "absolute", "dev-zero", "link-folder"])
+def test_templates_leading_outside_the_folder_are_refused_unread(qd_build, tmp_path, capsys,
+                                                                 case):
+    """Before: `../elsewhere/{image}.png` or an absolute template made evaluate open files
+    outside --data (and send them to an API model); /dev/zero grew memory until MemoryError.
+    Now the record is named in one line and nothing outside the folder is opened."""
+    folder = upstream_copy(qd_build, tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for i in range(10):
+        shutil.copy(first_frame(folder), outside / f"{i:04d}.png")
+    template = {"relative": "../elsewhere/{image}.png", "absolute": f"{outside}/{{image}}.png",
+                "dev-zero": "/dev/zero", "link-folder": "out/{image}.png"}[case]
+    if case == "link-folder":
+        os.symlink(outside, os.path.join(folder, "out"))
+    edit_first(folder, _template(template))
+    results = tmp_path / "r.jsonl"
+    with opened_files() as opened:
+        status, _, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
+                                  str(results))
+    lines = refused(err)
+    assert status == 2 and len(lines) == 2, err
+    assert f"{JSONL} line 1: frame " in lines[0] and "outside the folder" in lines[0]
+    assert "1 records cannot be played" in lines[1] and not results.exists()
+    assert not [p for p in opened if str(outside) in os.path.realpath(p) or p == "/dev/zero"]
+
+
+@pytest.mark.parametrize("change, what", [
+    (_template("QuickDraw/{level}.png"), "slot {level} that QuickDraw does not fill"),
+    (_template("QuickDraw/{image:>999999999}.png"), "is not a plain {name} slot"),
+    (_template("QuickDraw/{image.__class__}.png"), "is not a plain {name} slot"),
+    (_template("QuickDraw/{0}.png"), "is not a plain {name} slot"),
+    (_template("QuickDraw/{image"), "is not a template"),
+    (lambda r: r.pop("image_template"), "lacks image_template"),
+    (lambda r: r.update(num_images="6"), "num_images: '6' is not an integer"),
+    (lambda r: r.update(num_images=10 ** 20), "does not fit in 64 bits"),
+    (lambda r: r.update(num_images=10 ** 12, frame_ids=None), "num_images=1000000000000 is "),
+    (lambda r: r.update(first_image=True), "first_image: True is not an integer"),
+    (lambda r: r.update(options="A"), "options: 'A' is not a list"),
+    (lambda r: r.update(categories=[1, 2, 3, 4]), "categories: item 0: 1 is not text"),
+    (lambda r: r.update(answer="Dog."), "need 4 categories containing the answer"),
+    (lambda r: r.update(crop={"top": "x"}), "crop: top: 'x' is not a number"),
+    (lambda r: r.update(crop={"top": 1, "bottom": 2}), "crop: unknown fields ['bottom']"),
+    (lambda r: r.update(horizontal_step=float("nan")), "horizontal_step: nan is not a finite"),
+    (lambda r: r.update(frame_ids=list(range(5000))), "frame_ids names 5,000 frames"),
+    (lambda r: r.update(reference_image=99), "reference_image"),
+])
+def test_records_breaking_the_contract_are_named_one_line_each(qd_build, tmp_path, capsys,
+                                                               change, what):
+    """Before: KeyError, AttributeError, TypeError, MalformedRecord, OverflowError,
+    MemoryError tracebacks (54 signatures in 3 minutes of fuzzing). Now one line per bad record
+    (file and line, and what is wrong), then one closing line; nothing is played."""
+    folder = upstream_copy(qd_build, tmp_path)
+    edit_first(folder, change)
+    results = tmp_path / "r.jsonl"
+    status, _, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
+                              str(results))
+    lines = refused(err)
+    assert status == 2 and len(lines) == 2, err
+    assert f"{JSONL} line 1: " in lines[0] and what in lines[0], lines[0]
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("line, what", [
+    (b'{"id": 1,\n', "not valid JSON"),
+    (b"[1, 2]\n", "not a JSON object"),
+    (b"\xff\n", "not UTF-8"),
+    (b"[" * 100000 + b"]" * 100000 + b"\n", "nested too deeply"),
+])
+def test_lines_that_are_not_records_are_named(qd_build, tmp_path, capsys, line, what):
+    folder = upstream_copy(qd_build, tmp_path)
+    with open(os.path.join(folder, JSONL), "ab") as handle:
+        handle.write(line)
+    count = len(open(os.path.join(folder, JSONL), "rb").read().splitlines())
+    status, _, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
+                              str(tmp_path / "r.jsonl"))
+    lines = refused(err)
+    assert status == 2 and len(lines) == 2 and f"{JSONL} line {count}: {what}" in lines[0], err
+
+
+def test_every_bad_record_is_named_up_to_a_limit(qd_build, tmp_path, capsys):
+    folder = upstream_copy(qd_build, tmp_path)
+    with open(os.path.join(folder, JSONL), "ab") as handle:
+        handle.write(b"[]\n" * 30)
+    status, _, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
+                              str(tmp_path / "r.jsonl"))
+    lines = refused(err)
+    assert status == 2 and len(lines) == cli.MAX_NAMED + 1
+    assert "30 records cannot be played (named above, 10 more not shown)" in lines[-1]
+
+
+@pytest.mark.parametrize("kind, what", [
+    ("missing", "No such file or directory"),
+    ("folder", "not a regular file: a folder"),
+    ("fifo", "not a regular file: a named pipe (FIFO)"),
+    ("link-out", "leads outside the folder (a link to /etc/hostname)"),
+    ("not-an-image", "not an image"),
+    ("bomb", "more pixels than PIL's decompression-bomb limit"),
+    ("jpeg-named-png", "JPEG data in a file named '0000.png'"),
+])
+def test_frame_files_that_cannot_be_read_are_named(qd_build, tmp_path, kind, what):
+    """Before: FileNotFoundError / IsADirectoryError / UnidentifiedImageError /
+    DecompressionBombError tracebacks, a FIFO blocked forever, a link out of the folder was
+    followed. Now one line naming the record and the file (in a process of its own: a FIFO)."""
+    from PIL import Image
+
+    folder = upstream_copy(qd_build, tmp_path)
+    frame = first_frame(folder)
+    os.remove(frame)
+    if kind == "folder":
+        os.mkdir(frame)
+    elif kind == "fifo":
+        os.mkfifo(frame)
+    elif kind == "link-out":
+        os.symlink("/etc/hostname", frame)
+    elif kind == "not-an-image":
+        open(frame, "w").write("hello")
+    elif kind == "bomb":
+        Image.new("1", (20000, 20000)).save(frame)  # 400 Mpx in a few kB
+    elif kind == "jpeg-named-png":
+        Image.new("RGB", (8, 8)).save(frame, format="JPEG")
+    done = run_cli("--data", folder, "--model", "oracle", "--scenarios", "quickdraw",
+                   "--results", str(tmp_path / "r.jsonl"), timeout=120)
+    lines = refused(done.stderr)
+    assert done.returncode == 2 and len(lines) == 2, done.stderr
+    assert f"{JSONL} line 1: frame QuickDraw/" in lines[0] and what in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link-out"])
+def test_a_jsonl_that_is_not_a_regular_file_is_one_line(qd_build, tmp_path, kind):
+    folder = upstream_copy(qd_build, tmp_path)
+    path = os.path.join(folder, JSONL)
+    os.remove(path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        os.mkdir(path)
+    else:
+        shutil.copy(os.path.join(qd_build, "upstream", JSONL), tmp_path / "elsewhere.jsonl")
+        os.symlink(tmp_path / "elsewhere.jsonl", path)
+    done = run_cli("--data", folder, "--model", "oracle", "--results",
+                   str(tmp_path / "r.jsonl"), timeout=120)
+    line = one_line(done.stderr)
+    assert done.returncode == 2 and f"{JSONL}: " in line, line
+
+
+def test_an_intact_upstream_folder_still_plays(qd_build, tmp_path, capsys):
+    folder = upstream_copy(qd_build, tmp_path)
+    os.symlink("QuickDraw", os.path.join(folder, "QD-link"))  # a link inside: fine
+    status, out, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
+                                str(tmp_path / "r.jsonl"))
+    assert status == 0 and " 100.0" in out and "QD " in out, err

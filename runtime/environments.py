@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import io
 import random
+import re
 from dataclasses import dataclass, field
 
 from PIL import Image
@@ -79,8 +80,13 @@ def decode_frame(frame) -> Image.Image:
         image.load()
     except MalformedRecord:
         raise
+    except Image.DecompressionBombError:
+        raise MalformedRecord("frame of more pixels than PIL's decompression-bomb limit "
+                              f"({Image.MAX_IMAGE_PIXELS:,})") from None
     except Exception as err:  # noqa: BLE001 (PIL raises many types for bad data)
-        raise MalformedRecord(f"undecodable frame ({type(err).__name__}: {err})") from None
+        # PIL names the stream object ("<_io.BytesIO object at 0x7f...>"): not worth showing
+        detail = re.sub(r" <[^>]* at 0x[0-9a-fA-F]+>", "", str(err))
+        raise MalformedRecord(f"undecodable frame ({type(err).__name__}: {detail})") from None
     return image
 
 

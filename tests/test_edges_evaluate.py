@@ -623,3 +623,153 @@ def test_an_intact_upstream_folder_still_plays(qd_build, tmp_path, capsys):
     status, out, err = evaluate(capsys, "--data", folder, "--model", "oracle", "--results",
                                 str(tmp_path / "r.jsonl"))
     assert status == 0 and " 100.0" in out and "QD " in out, err
+
+
+# ---- a build folder: exactly what build.json lists (point 4; inventory F) ------------------------
+
+@pytest.fixture
+def build_copy(qd_build, tmp_path) -> str:
+    copy = str(tmp_path / "build")
+    shutil.copytree(qd_build, copy, symlinks=True)
+    return copy
+
+
+SHARD = "QuickDraw/test-00000-of-00001.parquet"
+
+
+def _write_rows(path: str, rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from proactivebench_builder.core.records import arrow_schema
+
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema()), path)
+
+
+def _rows(path: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _played(table: str) -> int:
+    """The number of samples the table's QuickDraw row counts."""
+    return int(next(line for line in table.splitlines() if line.startswith("QD ")).split()[1])
+
+
+def test_a_stray_upstream_jsonl_does_not_turn_a_build_into_an_upstream_folder(build_copy,
+                                                                             tmp_path, capsys):
+    """Before: a `<config>_preprocessed.jsonl` dropped in a build's root made evaluate read the
+    folder as an upstream layout: no integrity check (a damaged shard was not refused) and the
+    stray file's 3 samples played instead of the build's. Now build.json decides."""
+    upstream = os.path.join(build_copy, "upstream")
+    with open(os.path.join(upstream, JSONL)) as source:
+        head = "".join(source.readline() for _ in range(3))
+    with open(os.path.join(build_copy, JSONL), "w") as handle:
+        handle.write(head)
+    shutil.copytree(os.path.join(upstream, "QuickDraw"), os.path.join(build_copy, "QD"))
+    status, out, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                                str(tmp_path / "r.jsonl"))
+    assert status == 0 and _played(out) == 60, (out, err)
+    with open(os.path.join(build_copy, SHARD), "ab") as handle:
+        handle.write(b"damage")
+    status, _, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                              str(tmp_path / "r2.jsonl"))
+    line = one_line(err)
+    assert status == 2 and SHARD in line and "build.json says" in line, line
+
+
+def test_only_the_shards_build_json_lists_are_played(build_copy, tmp_path, capsys, monkeypatch):
+    """Before: every `*.parquet` in a config folder was played (74 samples where the build has
+    60). The folder check refuses a stray shard; even past it, the reader plays only what
+    build.json lists."""
+    from proactivebench_builder.core import buildfolder
+
+    rows = _rows(os.path.join(build_copy, SHARD))[:14]
+    for row in rows:
+        row["key"] += "-copy"
+    _write_rows(os.path.join(build_copy, "QuickDraw", "test-00000-of-00001 (1).parquet"), rows)
+    status, _, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                              str(tmp_path / "r.jsonl"))
+    assert status == 2 and "test-00000-of-00001 (1).parquet" in one_line(err)
+    monkeypatch.setattr(buildfolder, "folder_problems", lambda *a, **k: [])
+    status, out, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                                str(tmp_path / "r.jsonl"))
+    assert status == 0 and _played(out) == 60, (out, err)
+
+
+def test_a_stray_shard_that_is_a_fifo_is_refused_unopened(build_copy, tmp_path):
+    os.mkfifo(os.path.join(build_copy, "QuickDraw", "zz.parquet"))
+    done = run_cli("--data", build_copy, *QD, "--results", str(tmp_path / "r.jsonl"),
+                   timeout=120)
+    assert done.returncode == 2 and "zz.parquet" in one_line(done.stderr)
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda row: row.update(num_images=10 ** 9), "num_images=1000000000 is outside"),
+    (lambda row: row.update(categories=["a", "a", "b", row["answer"]]), "categories repeat"),
+    (lambda row: row.update(frame_ids=row["frame_ids"][:-1], frames=row["frames"][:-1]),
+     "reference_image=5 has no frame"),
+    (lambda row: row.update(horizontal_step=float("inf")), "not a finite number"),
+    (lambda row: row.update(frames=row["frames"][:1]), "6 frame_ids but 1 frames"),
+])
+def test_rows_of_a_re_signed_shard_are_checked_before_play(build_copy, tmp_path, capsys,
+                                                           monkeypatch, change, what):
+    """The folder check is integrity, not authenticity: whoever edits a shard can rewrite
+    build.json too (simulated here by passing the check). Before: such rows reached the
+    environments (a 10^9 step cap: a hang and a memory blow-up). Now each is named in one
+    line, and nothing is played."""
+    from proactivebench_builder.core import buildfolder
+
+    path = os.path.join(build_copy, SHARD)
+    rows = _rows(path)
+    change(rows[0])
+    _write_rows(path, rows)
+    monkeypatch.setattr(buildfolder, "folder_problems", lambda *a, **k: [])
+    results = tmp_path / "r.jsonl"
+    status, _, err = evaluate(capsys, "--data", build_copy, *QD, "--results", str(results))
+    lines = refused(err)
+    assert status == 2 and len(lines) == 2, err
+    assert f"{SHARD}: row {rows[0]['key']!r}: " in lines[0] and what in lines[0], lines[0]
+    assert not results.exists()
+
+
+def test_a_shard_that_is_not_parquet_is_one_line(build_copy, tmp_path, capsys, monkeypatch):
+    from proactivebench_builder.core import buildfolder
+
+    with open(os.path.join(build_copy, SHARD), "wb") as handle:
+        handle.write(b"hello")
+    monkeypatch.setattr(buildfolder, "folder_problems", lambda *a, **k: [])
+    status, _, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                              str(tmp_path / "r.jsonl"))
+    assert status == 2 and SHARD in one_line(err)
+
+
+def test_a_frame_that_does_not_decode_is_one_line_naming_the_sample(build_copy, tmp_path,
+                                                                    capsys, monkeypatch):
+    """A row whose frame bytes are not an image (or a bomb) passes every check that reads no
+    pixels; it is named when it is shown, and what was played before it is kept."""
+    import io as io_
+
+    from PIL import Image
+
+    from proactivebench_builder.core import buildfolder
+
+    path = os.path.join(build_copy, SHARD)
+    rows = _rows(path)
+    bomb = io_.BytesIO()
+    Image.new("1", (20000, 20000)).save(bomb, format="PNG")
+    monkeypatch.setattr(buildfolder, "folder_problems", lambda *a, **k: [])
+    for data, what in ((b"\x89PNG not really", "undecodable frame (UnidentifiedImageError"),
+                       (bomb.getvalue(), "PIL's decompression-bomb limit")):
+        changed = [dict(row) for row in rows]
+        changed[3]["frames"] = [dict(f) for f in changed[3]["frames"]]
+        changed[3]["frames"][0]["bytes"] = data
+        _write_rows(path, changed)
+        results = tmp_path / f"{len(data)}.jsonl"
+        status, _, err = evaluate(capsys, "--data", build_copy, "--model", "oracle",
+                                  "--scenarios", "quickdraw", "--results", str(results))
+        line = one_line(err)
+        assert status == 2 and f"sample {rows[3]['key']!r} (QuickDraw) cannot be played" in line
+        assert what in line and " at 0x" not in line, line
+        assert len(read_jsonl(results)) == 3

@@ -246,6 +246,10 @@ def current_samples(args) -> dict:
     """{(config, key): (fingerprint, row)} of what this run plays; refuses, before any work, a
     run that would play nothing (and says why), and data holding rows that cannot be played
     (each named in one line on stderr: nothing of such data is played)."""
+    if args.split == "unfiltered" and loading.data_kind(args.data) == loading.UPSTREAM:
+        raise SystemExit(f"--split unfiltered: --data {args.data} is an upstream-layout folder, "
+                         "which holds one split (what was exported); the unfiltered pool is "
+                         "in the build folder (or on the Hub)")
     configs = selected_configs(args)
     if not configs:
         raise SystemExit(f"nothing to evaluate: {why_no_configs(args)}")

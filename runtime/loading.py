@@ -28,10 +28,12 @@ Every config found in the data is played when a registered scenario declares it 
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import io
 import json
+import logging
 import os
 import string
 import sys
@@ -123,7 +125,8 @@ def configs_in(data: str) -> list[str]:
                        if f.get("split") in PARQUET_SPLITS and f["config"] not in NOT_CONFIGS})
     try:
         import datasets
-        return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
+        with quiet_hub():
+            return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
     except Exception as err:  # noqa: BLE001 (datasets raises many types; all mean "cannot list")
         raise hub_error(data, err) from None
 
@@ -250,7 +253,8 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test", on_bad: OnB
                   ) -> Iterator[dict]:
     try:
         import datasets
-        dataset = datasets.load_dataset(dataset_id, name=config, split=split)
+        with quiet_hub():
+            dataset = datasets.load_dataset(dataset_id, name=config, split=split)
     except Exception as err:  # noqa: BLE001 (datasets raises many types; see hub_error)
         raise hub_error(dataset_id, err) from None
     where = f"--data {dataset_id}: {config}"
@@ -258,6 +262,19 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test", on_bad: OnB
         yield from _checked(dataset, config, on_bad, lambda i, row: f"{where} row {i}")
     except (OSError, ValueError, Image.DecompressionBombError) as err:  # a frame it decodes
         raise UsageError(f"{where}: {type(err).__name__}: {err}") from None
+
+
+@contextlib.contextmanager
+def quiet_hub():
+    """huggingface_hub logs every failed attempt of its retries (two lines each, up to five);
+    when the Hub cannot be reached, the one line of `hub_error` says so instead."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def hub_error(dataset_id: str, err: BaseException) -> UsageError:

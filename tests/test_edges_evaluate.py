@@ -773,3 +773,49 @@ def test_a_frame_that_does_not_decode_is_one_line_naming_the_sample(build_copy, 
         assert status == 2 and f"sample {rows[3]['key']!r} (QuickDraw) cannot be played" in line
         assert what in line and " at 0x" not in line, line
         assert len(read_jsonl(results)) == 3
+
+
+# ---- a Hub dataset id (inventory H) -------------------------------------------------------------
+
+@pytest.mark.parametrize("scenarios", [[], ["--scenarios", "quickdraw"]])
+def test_a_hub_id_offline_is_one_line(tmp_path, scenarios):
+    """Before: a one-line note, then a ConnectionError (OfflineModeIsEnabled) traceback."""
+    done = run_cli("--data", "someone/ProactiveBench", "--model", "oracle", *scenarios,
+                   "--results", str(tmp_path / "r.jsonl"),
+                   env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    line = one_line(done.stderr)
+    assert done.returncode == 2 and "--data someone/ProactiveBench: " in line
+    assert "offline mode is on (HF_HUB_OFFLINE)" in line, line
+
+
+@pytest.mark.parametrize("error, what", [
+    (FileNotFoundError("Couldn't find any data file at /home/me/work/someone/ProactiveBench"),
+     "no such dataset at https://huggingface.co, or it could not be reached"),
+    (ConnectionError("Couldn't reach 'someone/ProactiveBench' on the Hub (ConnectTimeout)"),
+     "the Hub at https://huggingface.co cannot be reached (ConnectionError)"),
+    (ValueError("something else /home/me/x"), "could not be loaded from https://huggingface.co"),
+])
+def test_a_hub_id_that_cannot_be_loaded_is_one_line_without_local_paths(
+        tmp_path, capsys, monkeypatch, error, what):
+    """Before: the library's traceback, ending (endpoint never answering) in `Couldn't find any
+    data file at <the current folder>/someone/ProactiveBench`."""
+    import datasets
+
+    def fail(*args, **kwargs):
+        raise error
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    monkeypatch.setattr(datasets, "get_dataset_config_names", fail)
+    for scenarios in ([], ["--scenarios", "quickdraw"]):
+        status, _, err = evaluate(capsys, "--data", "someone/ProactiveBench", "--model",
+                                  "oracle", *scenarios, "--results", str(tmp_path / "r.jsonl"))
+        line = one_line(err)
+        assert status == 2 and what in line and "/home/me" not in line, line
+
+
+def test_split_unfiltered_on_an_upstream_folder_is_refused(qd_build, tmp_path, capsys):
+    """Before: ignored without a word (the exported split was played as the pool)."""
+    status, _, err = evaluate(capsys, "--data", os.path.join(qd_build, "upstream"), *QD,
+                              "--split", "unfiltered", "--results", str(tmp_path / "r.jsonl"))
+    assert status == 2 and "is an upstream-layout folder, which holds one split" in one_line(err)

@@ -819,3 +819,152 @@ def test_split_unfiltered_on_an_upstream_folder_is_refused(qd_build, tmp_path, c
     status, _, err = evaluate(capsys, "--data", os.path.join(qd_build, "upstream"), *QD,
                               "--split", "unfiltered", "--results", str(tmp_path / "r.jsonl"))
     assert status == 2 and "is an upstream-layout folder, which holds one split" in one_line(err)
+
+
+# ---- model and judge endpoints (inventory J) ----------------------------------------------------
+
+def _ask(url: str, **options) -> str:
+    from PIL import Image
+
+    from proactivebench_builder.runtime.models import OpenAIChatModel
+
+    model = OpenAIChatModel("m", base_url=url, backoff=0.0, **options)
+    return model.generate([{"role": "user", "content": [
+        {"type": "image", "image": Image.new("RGB", (4, 3))}, {"type": "text", "text": "?"}]}])
+
+
+def ends_within(seconds: float, call):
+    """(result or exception, elapsed) of `call()`, failing when it has not ended after `seconds`
+    (a hang check, not a timing: the bound is far above what it takes)."""
+    outcome = {}
+
+    def run():
+        start = time.monotonic()
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # noqa: BLE001 (handed to the test)
+            outcome["value"] = err
+        outcome["elapsed"] = time.monotonic() - start
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return outcome["value"], outcome["elapsed"]
+
+
+@pytest.mark.parametrize("mode, what", [
+    ("list", "no choices[0].message.content"),
+    ("nullchoices", "no choices[0].message.content"),
+    ("nested", "nested too deeply"),
+    ("intcontent", "message content is a int, not text"),
+    ("dictcontent", "message content is a dict, not text"),
+    ("huge", "larger than"),
+])
+def test_a_reply_that_is_not_a_chat_completion_is_a_model_error(endpoints, mode, what):
+    """Before: TypeError / RecursionError tracebacks; content 42 played as "42" (and, for a
+    judge, a TypeError); a 1.5 GB reply read whole into memory."""
+    from proactivebench_builder.runtime.models import ModelError
+
+    api = endpoints(mode)
+    error, _ = ends_within(60, lambda: _ask(api.url, max_retries=2))
+    assert isinstance(error, ModelError) and what in str(error), repr(error)
+    assert len(api.requests) == 1  # a malformed reply is not retried
+
+
+def test_text_parts_are_text():
+    from proactivebench_builder.runtime.models import reply_text
+
+    body = {"choices": [{"message": {"content": [{"type": "text", "text": "A"},
+                                                 {"type": "text", "text": "B"}]}}]}
+    assert reply_text(json.dumps(body).encode()) == "AB"
+    assert reply_text(b'{"choices": [{"message": {"content": null}}]}') == ""
+
+
+@pytest.mark.parametrize("role", ["model", "judge"])
+def test_a_malformed_reply_ends_evaluate_in_one_line(qd_build, tmp_path, capsys, endpoints,
+                                                     role):
+    api = endpoints("dictcontent")
+    spec = f"openai:m@{api.url}"
+    argv = (["--model", spec] if role == "model" else
+            ["--model", "oracle", "--mode", "oeg", "--oeg_samples", "2", "--judge", spec])
+    status, _, err = evaluate(capsys, "--data", qd_build, "--scenarios", "quickdraw", *argv,
+                              "--max_retries", "0", "--results", str(tmp_path / "r.jsonl"))
+    line = one_line(err)
+    assert status == 1 and "the model failed" in line and "not text" in line, line
+
+
+def test_a_reply_that_trickles_ends_at_the_timeout(endpoints):
+    """Before: `--timeout 3` bounded each socket read only; one byte a second kept the request
+    alive forever. Now a request ends when its time is up, whatever it is doing."""
+    from proactivebench_builder.runtime.models import ModelError
+
+    api = endpoints("trickle")
+    error, elapsed = ends_within(60, lambda: _ask(api.url, timeout=1.5, max_retries=1))
+    assert isinstance(error, ModelError) and "no complete reply within 1.5 s" in str(error)
+    assert len(api.requests) == 2
+
+
+def test_a_redirect_is_not_followed_and_the_key_stays_home(endpoints):
+    """Before: a 302 to another host sent `Authorization: Bearer $OPENAI_API_KEY` there (as a
+    GET) and its reply was scored."""
+    from proactivebench_builder.runtime.models import ModelError
+
+    other = endpoints("text:A")
+    api = endpoints(f"redirect:{other.url}/chat/completions")
+    error, _ = ends_within(60, lambda: _ask(api.url, api_key="sk-secret", max_retries=2))
+    assert isinstance(error, ModelError) and "redirects are not followed" in str(error)
+    assert other.requests == [] and len(api.requests) == 1
+
+
+def test_cancel_ends_a_request_in_flight_at_once(endpoints):
+    from proactivebench_builder.runtime.models import Cancelled, OpenAIChatModel
+
+    api = endpoints("hang")
+    model = OpenAIChatModel("m", base_url=api.url, timeout=300, max_retries=3)
+    threading.Timer(1.0, model.cancel).start()
+    error, _ = ends_within(30, lambda: model.generate([{"role": "user", "content": "?"}]))
+    assert isinstance(error, Cancelled) and len(api.requests) == 1
+
+
+# ---- signals (inventory L) ----------------------------------------------------------------------
+
+def _has_stop_signals() -> bool:
+    from proactivebench_builder.core import cli as core_cli
+    return hasattr(core_cli, "STOP_SIGNALS")
+
+
+@pytest.mark.parametrize("sig, status", [
+    (signal.SIGINT, 130),
+    pytest.param(signal.SIGTERM, 143, marks=pytest.mark.skipif(
+        not _has_stop_signals(), reason="core.cli does not turn SIGTERM into an interruption")),
+    pytest.param(signal.SIGHUP, 129, marks=pytest.mark.skipif(
+        not _has_stop_signals(), reason="core.cli does not turn SIGHUP into an interruption")),
+])
+def test_a_signal_with_a_request_in_flight_stops_evaluate_at_once(qd_build, tmp_path,
+                                                                  endpoints, sig, status):
+    """Before: Ctrl-C exited only after the request in flight and its retries (38 s with
+    --timeout 20 --max_retries 1; minutes by default); SIGTERM/SIGHUP killed it without a word.
+    Now: one line, 128 + the signal, the results file whole."""
+    api = endpoints("text:Z")
+    api.script = ["text:Z"] * 3  # three samples answered, then the fourth hangs
+    api.mode = "hang"
+    results = tmp_path / "r.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proactivebench_builder.runtime", "evaluate", "--data", qd_build,
+         "--scenarios", "quickdraw", "--model", f"openai:m@{api.url}", "--timeout", "300",
+         "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(api.requests) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(api.requests) == 4
+        process.send_signal(sig)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == status, err
+    assert "Traceback" not in err and err.rstrip().splitlines()[-1].endswith(
+        "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}")
+    assert len(read_jsonl(results)) == 3 and results.read_bytes().endswith(b"\n")
+    assert len(api.requests) == 4  # no retry after the signal

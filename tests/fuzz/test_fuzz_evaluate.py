@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -117,7 +118,10 @@ def results_lines(draw) -> bytes:
 def test_results_file_reading_reuse_and_table(tmp_path_factory, data):
     """Reading, reuse and the table raise nothing but a UsageError line; a cut last line is
     the only thing dropped, and the file mended from it reads back whole."""
-    path = str(tmp_path_factory.mktemp("results") / "r.jsonl")
+    check_results(str(tmp_path_factory.mktemp("results") / "r.jsonl"), data)
+
+
+def check_results(path: str, data: bytes) -> None:
     with open(path, "wb") as handle:
         handle.write(data)
     try:
@@ -228,8 +232,11 @@ def test_upstream_records_are_rows_or_named_and_never_read_outside(line, answers
     """Each JSONL line is a checked row or one BadRecord line; no file outside the folder is
     opened; a row that passed is played by any model in every mode, raising at most a
     MalformedRecord (a frame that does not decode: one line naming the sample)."""
+    check_upstream(*line, answers)
+
+
+def check_upstream(config: str, data: bytes, answers: list[str]) -> None:
     global _OPENED
-    config, data = line
     with open(os.path.join(FOLDER, f"{config}_preprocessed.jsonl"), "wb") as handle:
         handle.write(data)
     bad, rows = [], []
@@ -271,6 +278,10 @@ replies = st.one_of(
 @example(body=b'{"choices": null}')
 @example(body=b'{"choices": [{"message": {"content": 42}}]}')
 def test_a_reply_is_text_or_a_model_error(body):
+    check_reply(body)
+
+
+def check_reply(body: bytes) -> None:
     try:
         text = reply_text(body)
     except ModelError as err:
@@ -300,3 +311,31 @@ def test_any_answer_ends_an_episode_and_any_verdict_is_0_or_1(config, answers, h
     verdict = open_ended.parse_judge_prediction(env.open_ended_answers(),
                                                 open_ended.strip_thinking(judge), config)
     assert set(verdict.values()) <= {0, 1}
+
+
+# ---- what fuzzing found, kept (tests/data/fuzz/<area>/: reproducers of the issue-22 campaign,
+# one per distinct traceback it met; the first byte of an upstream one picks the config) -------
+
+KEPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "fuzz")
+
+
+def kept(area: str) -> list[str]:
+    folder = os.path.join(KEPT, area)
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder))
+
+
+@pytest.mark.parametrize("path", kept("results"), ids=os.path.basename)
+def test_kept_results_files(tmp_path, path):
+    check_results(str(tmp_path / "r.jsonl"), open(path, "rb").read())
+
+
+@pytest.mark.parametrize("path", kept("upstream_runtime"), ids=os.path.basename)
+def test_kept_upstream_lines(path):
+    data = open(path, "rb").read()
+    check_upstream(("QuickDraw", "coco2014")[data[0] % 2] if data else "QuickDraw", data[1:],
+                   ["A"])
+
+
+@pytest.mark.parametrize("path", kept("openai_reply"), ids=os.path.basename)
+def test_kept_replies(path):
+    check_reply(open(path, "rb").read())

@@ -37,6 +37,7 @@ from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 PROG = "python -m proactivebench_builder.runtime"
 JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
+MAX_CONCURRENCY = 256  # a thread per sample in flight: more only costs memory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,9 +70,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--concurrency", type=positive_int, default=1,
-                    help="samples played in parallel")
+                    help=f"samples played in parallel (at most {MAX_CONCURRENCY}; one thread "
+                         "each)")
     ev.add_argument("--timeout", type=positive_float, default=60.0,
-                    help="HTTP adapters: seconds")
+                    help="HTTP adapters: seconds one request may take in all (connecting, "
+                         "sending, the whole reply)")
     ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
@@ -81,6 +84,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         shown = " ".join(rest[:2]) + (" ..." if len(rest) > 2 else "")
         parser.error(f"the command is missing; did you mean: {PROG} evaluate {shown}?")
     args = parser.parse_args(argv)
+    if args.concurrency > MAX_CONCURRENCY:
+        ev.error(f"argument --concurrency: at most {MAX_CONCURRENCY} (one thread per sample "
+                 f"in flight), got {args.concurrency}")
     if os.path.isdir(args.results):
         ev.error(f"--results {args.results} is a folder; give the path of a JSONL file")
     for flag, spec in (("--model", args.model), ("--judge", args.judge)):

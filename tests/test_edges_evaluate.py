@@ -968,3 +968,10 @@ def test_a_signal_with_a_request_in_flight_stops_evaluate_at_once(qd_build, tmp_
         "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}")
     assert len(read_jsonl(results)) == 3 and results.read_bytes().endswith(b"\n")
     assert len(api.requests) == 4  # no retry after the signal
+
+
+def test_concurrency_is_capped(tmp_path, capsys):
+    """Before: `--concurrency 100000` started a thread per sample in flight, without bound."""
+    status, _, err = evaluate(capsys, "--data", str(tmp_path), "--model", "oracle",
+                              "--concurrency", "100000", "--results", str(tmp_path / "r.jsonl"))
+    assert status == 2 and "--concurrency: at most 256" in one_line(err)

@@ -1,16 +1,23 @@
 """`python -m proactivebench_builder.runtime evaluate ...`: play a built benchmark against a model.
 
-Per-sample results go to a JSONL file as they finish (one line per sample: the trajectory and
-its outcome, and a fingerprint of the sample played, `loading.sample_fingerprint`); a rerun with
-the same file skips the samples already there, so an interrupted run resumes. Only lines of
-this run's settings for samples of the current --data are reused and scored: lines for samples
-no longer in the data (e.g. filtered out by a rebuild) are left out of the table, and lines for
-a current sample played on other content (a rebuild with another seed or sources, or a line
-written before lines had a fingerprint) are refused in one line before any work. At the end a
-table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge) per scenario and on
-average is printed. A run that would play nothing (no playable config) is refused.
+Per-sample results go to a JSONL file as they finish (`runtime.results_file`: one line per
+sample, written whole: the trajectory and its outcome, what decided it, and a fingerprint of the
+sample played, `loading.sample_fingerprint`); a rerun with the same file skips the samples
+already there, so an interrupted run resumes. A line is reused only by the run that decides it
+(`run_signature`: the settings, the model by adapter, name and endpoint, the OEG judge likewise)
+for a sample of the current --data: lines for samples no longer in the data (e.g. filtered out
+by a rebuild) are left out of the table, and lines for a current sample played on other content
+(a rebuild with another seed or sources), or written before lines recorded their sample or their
+model's identity, are refused in one line before any work. A last line cut short by a kill is
+dropped with a warning and played again; any other damaged line is named by its number.
+At the end a table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge) per
+scenario and on average is printed. A run that would play nothing (no playable config), or data
+holding rows that cannot be played (each named), is refused.
 With --first-round-only the file holds first-turn predictions in the leakage filter's schema
-(`runtime.predictions_schema`).
+(`runtime.predictions_schema`), the model named by its identity.
+
+Ctrl-C (and SIGTERM, SIGHUP where core.cli turns them into the same interruption) cancels the
+requests in flight at once (`Model.cancel`), so the run ends within a second with whole lines.
 """
 from __future__ import annotations
 

@@ -315,8 +315,8 @@ def template_problem(template: str) -> str | None:
         return f"image_template {template!r} is not a template ({err})"
     for _, name, spec, conversion in parts:
         if name is not None and (not name.isidentifier() or spec or conversion):
-            return (f"image_template {template!r}: slot {{{name}{'!' + conversion if conversion else ''}"
-                    f"{':' + spec if spec else ''}}} is not a plain {{name}} slot")
+            slot = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            return f"image_template {template!r}: slot {{{slot}}} is not a plain {{name}} slot"
     return None
 
 

@@ -144,7 +144,7 @@ def check_results(path: str, data: bytes) -> None:
     assert again.torn_at is None and len(again.lines) == len(found.lines)
 
 
-# ---- an upstream-layout folder --------------------------------------------------------------------
+# ---- an upstream-layout folder -------------------------------------------------------------------
 
 def _base_records() -> dict:
     """One hand-made record per upstream config (the conformance cases'), by config."""
@@ -264,7 +264,7 @@ def check_upstream(config: str, data: bytes, answers: list[str]) -> None:
                     pass
 
 
-# ---- an endpoint's reply ----------------------------------------------------------------------------
+# ---- an endpoint's reply -------------------------------------------------------------------------
 
 replies = st.one_of(
     st.builds(lambda c: dumps({"choices": [{"message": {"content": c}}]}), json_values),
@@ -290,7 +290,7 @@ def check_reply(body: bytes) -> None:
     assert isinstance(text, str)
 
 
-# ---- whatever a model answers ---------------------------------------------------------------------
+# ---- whatever a model answers --------------------------------------------------------------------
 
 ANSWERS = st.one_of(st.text(max_size=200), st.sampled_from([
     "A", "B", "E", "A.", "(A)", "a", "answer: B", "Z", "1,1", "0,1,0", "</think>1", "", " ",

@@ -113,8 +113,10 @@ def reply_text(body: bytes) -> str:
         if all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
             return "".join(p["text"] for p in content)
     if not isinstance(content, str):
-        raise ModelError(f"malformed reply: message content is a {type(content).__name__}, "
-                         "not text")
+        kind = ("true/false" if isinstance(content, bool) else "a number"
+                if isinstance(content, (int, float)) else "an object"
+                if isinstance(content, dict) else "a list")
+        raise ModelError(f"malformed reply: message content is {kind}, not text")
     return content
 
 

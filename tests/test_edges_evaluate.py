@@ -856,8 +856,8 @@ def ends_within(seconds: float, call):
     ("list", "no choices[0].message.content"),
     ("nullchoices", "no choices[0].message.content"),
     ("nested", "nested too deeply"),
-    ("intcontent", "message content is a int, not text"),
-    ("dictcontent", "message content is a dict, not text"),
+    ("intcontent", "message content is a number, not text"),
+    ("dictcontent", "message content is an object, not text"),
     ("huge", "larger than"),
 ])
 def test_a_reply_that_is_not_a_chat_completion_is_a_model_error(endpoints, mode, what):

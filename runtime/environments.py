@@ -66,17 +66,15 @@ def decode_frame(frame) -> Image.Image:
     """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes.
     Bytes that are not a whole image, or hold more pixels than PIL's decompression-bomb limit,
     are a MalformedRecord (decoded only then: the size is read from the header first)."""
-    if isinstance(frame, Image.Image):
+    if isinstance(frame, Image.Image):  # decoded by `datasets` (a Hub row): still lazy
+        _check_pixels(*frame.size)
         return frame
     data = frame.get("bytes") if isinstance(frame, dict) else frame
     if not data or not isinstance(data, (bytes, bytearray)):
         raise MalformedRecord("frame without bytes (frames must come from the row)")
     try:
         image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        if width * height > Image.MAX_IMAGE_PIXELS:
-            raise MalformedRecord(f"frame of {width}x{height} pixels: more than PIL's "
-                                  f"decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,})")
+        _check_pixels(*image.size)
         image.load()
     except MalformedRecord:
         raise
@@ -88,6 +86,12 @@ def decode_frame(frame) -> Image.Image:
         detail = re.sub(r" <[^>]* at 0x[0-9a-fA-F]+>", "", str(err))
         raise MalformedRecord(f"undecodable frame ({type(err).__name__}: {detail})") from None
     return image
+
+
+def _check_pixels(width: int, height: int) -> None:
+    if width * height > Image.MAX_IMAGE_PIXELS:
+        raise MalformedRecord(f"frame of {width}x{height} pixels: more than PIL's "
+                              f"decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,})")
 
 
 @dataclass

@@ -334,9 +334,14 @@ class TransformersModel(Model):
             from transformers import AutoModelForImageTextToText, AutoProcessor
         except ImportError as err:
             raise ModelError(TRANSFORMERS_MISSING) from err
-        self._processor = AutoProcessor.from_pretrained(self.model_id)
-        self._model = AutoModelForImageTextToText.from_pretrained(
-            self.model_id, device_map=self.device_map, torch_dtype="auto")
+        try:
+            self._processor = AutoProcessor.from_pretrained(self.model_id)
+            self._model = AutoModelForImageTextToText.from_pretrained(
+                self.model_id, device_map=self.device_map, torch_dtype="auto")
+        except Exception as err:  # noqa: BLE001 (no network, no such model, not a VLM, ...)
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise ModelError(f"hf:{self.model_id} cannot be loaded ({type(err).__name__}"
+                             f"{': ' + detail[:200] if detail else ''})") from None
 
     def generate(self, messages: list[dict]) -> str:
         if self._model is None:

@@ -975,3 +975,34 @@ def test_concurrency_is_capped(tmp_path, capsys):
     status, _, err = evaluate(capsys, "--data", str(tmp_path), "--model", "oracle",
                               "--concurrency", "100000", "--results", str(tmp_path / "r.jsonl"))
     assert status == 2 and "--concurrency: at most 256" in one_line(err)
+
+
+def test_a_local_model_that_cannot_be_loaded_is_a_model_error(monkeypatch):
+    """The same pattern for `hf:MODEL_ID`: before, a model not on the Hub (or no network)
+    ended in the library's OSError traceback from a worker thread."""
+    import types
+
+    from proactivebench_builder.runtime.models import ModelError, TransformersModel
+
+    def missing(*args, **kwargs):
+        raise OSError("someone/nothing is not a local folder and is not a valid model "
+                      "identifier listed on 'https://huggingface.co/models'\nmore detail")
+    auto = types.SimpleNamespace(from_pretrained=missing)
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(
+        AutoModelForImageTextToText=auto, AutoProcessor=auto))
+    with pytest.raises(ModelError, match=r"^hf:someone/nothing cannot be loaded \(OSError: "
+                                         r"someone/nothing is not a local folder.*models'\)$"):
+        TransformersModel("someone/nothing").generate([])
+
+
+def test_a_decoded_frame_larger_than_the_bomb_limit_is_not_shown():
+    """A Hub row's frames arrive decoded lazily by `datasets` (PIL only warns between one and
+    two times its limit, and then decodes): the size is checked before any pixel is."""
+    from PIL import Image
+
+    from proactivebench_builder.core.play import MalformedRecord
+    from proactivebench_builder.runtime.environments import decode_frame
+
+    with pytest.raises(MalformedRecord, match="decompression-bomb limit"):
+        decode_frame(Image.new("1", (Image.MAX_IMAGE_PIXELS // 1000 + 1, 1001)))

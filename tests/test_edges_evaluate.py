@@ -1006,3 +1006,15 @@ def test_a_decoded_frame_larger_than_the_bomb_limit_is_not_shown():
 
     with pytest.raises(MalformedRecord, match="decompression-bomb limit"):
         decode_frame(Image.new("1", (Image.MAX_IMAGE_PIXELS // 1000 + 1, 1001)))
+
+
+def test_a_shard_linked_from_outside_the_folder_is_refused(build_copy, tmp_path, capsys):
+    """Before: a shard replaced by a link to identical bytes elsewhere was followed (its
+    checksum matches). Now evaluate reads nothing outside --data: one line."""
+    outside = tmp_path / "elsewhere.parquet"
+    shutil.move(os.path.join(build_copy, SHARD), outside)
+    os.symlink(outside, os.path.join(build_copy, SHARD))
+    status, _, err = evaluate(capsys, "--data", build_copy, *QD, "--results",
+                              str(tmp_path / "r.jsonl"))
+    line = one_line(err)
+    assert status == 2 and f"{SHARD} leads outside the folder (a link to {outside})" in line, line

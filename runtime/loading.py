@@ -212,6 +212,8 @@ def iter_parquet_rows(data: str, config: str, split: str = "test", on_bad: OnBad
                     rows = parquet.read_row_group(group).to_pylist()
                     yield from _checked(rows, config, on_bad,
                                         lambda i, row: f"{where}: row {row.get('key')!r}")
+        except Outside as err:
+            raise UsageError(f"--data {data}: {err}") from None
         except (OSError, pa.ArrowException) as err:
             raise UsageError(f"{where}: {_os_reason(err)}") from None
 
@@ -393,6 +395,8 @@ def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iter
     name = upstream_jsonl_name(config)
     try:
         handle = open_inside(data_dir, name)
+    except Outside as err:
+        raise UsageError(f"--data {data_dir}: {err}") from None
     except OSError as err:
         raise UsageError(f"--data {data_dir}: {name}: {_os_reason(err)}") from None
     with handle:

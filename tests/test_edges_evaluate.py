@@ -614,7 +614,8 @@ def test_a_jsonl_that_is_not_a_regular_file_is_one_line(qd_build, tmp_path, kind
     done = run_cli("--data", folder, "--model", "oracle", "--results",
                    str(tmp_path / "r.jsonl"), timeout=120)
     line = one_line(done.stderr)
-    assert done.returncode == 2 and f"{JSONL}: " in line, line
+    assert done.returncode == 2 and f"{folder}: {JSONL}" in line, line
+    assert {"fifo": "named pipe", "folder": "a folder", "link-out": "leads outside"}[kind] in line
 
 
 def test_an_intact_upstream_folder_still_plays(qd_build, tmp_path, capsys):

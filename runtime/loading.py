@@ -285,18 +285,21 @@ def hub_error(dataset_id: str, err: BaseException) -> UsageError:
     detail)."""
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     kind = type(err).__name__
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") \
-            or "Offline" in kind:
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    unreachable = isinstance(err, (ConnectionError, TimeoutError)) or any(
+        word in kind for word in ("Connection", "Timeout", "Offline"))
+    missing = isinstance(err, FileNotFoundError) or "NotFound" in kind
+    if "Offline" in kind or (offline and (unreachable or missing)):
         why = ("Hugging Face offline mode is on (HF_HUB_OFFLINE) and it is not in the local "
                "cache")
-    elif isinstance(err, (ConnectionError, TimeoutError)) or "Connection" in kind \
-            or "Timeout" in kind:
+    elif unreachable:
         why = f"the Hub at {endpoint} cannot be reached ({kind})"
-    elif isinstance(err, FileNotFoundError) or "NotFound" in kind:
+    elif missing:
         why = (f"no such dataset at {endpoint}, or it could not be reached (a private dataset "
                "needs HF_TOKEN)")
-    else:
-        why = f"it could not be loaded from {endpoint} ({kind})"
+    else:  # e.g. a config or split it does not hold: the library's first line says which
+        detail = (str(err).strip().splitlines() or [""])[0].replace(os.getcwd(), ".")
+        why = f"it could not be loaded from {endpoint} ({kind}: {detail[:200]})"
     return UsageError(f"--data {dataset_id}: {why}")
 
 

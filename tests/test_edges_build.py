@@ -1,0 +1,208 @@
+"""The build's readers at their edges (issue #22, points 7 and 8, and the inventory's section A
+and E): tar headers that claim memory or time, train frames changed after validation, CSV and
+XML files of odd shapes, deeply nested JSON, pickles whose opcodes claim memory, and upstream
+records of the wrong types. Each is a counted dead letter naming the input (or, for a file every
+item needs, one line), never a traceback, a hang, or memory that grows with what a file claims.
+Each test reproduced its fault before the fix."""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tracemalloc
+
+import pytest
+
+from conftest import private_miniature, read_json, shard_files
+from proactivebench_builder.core import results
+from proactivebench_builder.transforms.rod.miniature import sweep_frame, tar_gz
+from proactivebench_builder.transforms.rod.scenario import ROD
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def values_of(scenario, unit) -> list:
+    return list(scenario.read_unit(unit))
+
+
+def balanced(values, label: str) -> bool:
+    raw = sum(v.n for v in values if isinstance(v, results.Count) and v.scenario == label
+              and v.what == "raw_items")
+    excluded = sum(v.n for v in values if isinstance(v, results.Count) and v.scenario == label
+                   and v.what.startswith("excluded:"))
+    resolved = sum(1 for v in values if isinstance(v, (results.Candidate, results.DeadLetter))
+                   and v.scenario == label)
+    return raw == resolved + excluded
+
+
+# ---- ROD: tar headers (point 7) -------------------------------------------------------------
+
+def _header(name: str, size: int, kind: bytes, fmt=tarfile.USTAR_FORMAT) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info._create_header(info.get_info(), fmt, "utf-8", "strict")
+
+
+def _frame_member(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(format=tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+def hostile_archive(path: str, kind: str, declared: int) -> None:
+    """A .tar.gz whose first header is a GNU long-name ('L') or PAX ('x') extended header
+    declaring `declared` bytes (all present, so tarfile would read them whole), then a frame."""
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), __import__("random").Random(0))
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        if kind == "gnu":
+            out.write(_header("././@LongLink", declared, tarfile.GNUTYPE_LONGNAME,
+                              tarfile.GNU_FORMAT))
+            block = b"a" * (1 << 20)
+        else:
+            out.write(_header("PaxHeaders/x", declared, tarfile.XHDTYPE))
+            head = f"{declared} comment=".encode()
+            out.write(head)
+            block = b"a" * (1 << 20)
+            declared -= len(head)
+        left = declared
+        while left > 0:
+            out.write(block[:min(left, len(block))])
+            left -= len(block)
+        out.write(b"\0" * (-declared % 512))
+        out.write(_frame_member("natural_bluebl_greenr-banana-s0.jpg", frame))
+        out.write(b"\0" * 1024)
+
+
+def rod_source(tmp_path, archives: dict[str, bytes] | None = None) -> str:
+    """A ROD source root holding only the given archives (name -> bytes)."""
+    root = tmp_path / "rod_src"
+    root.mkdir()
+    for name, data in (archives or {}).items():
+        (root / name).write_bytes(data)
+    return str(root)
+
+
+@pytest.mark.parametrize("kind", ["gnu", "pax"])
+def test_an_extended_header_over_the_cap_is_refused_unread(kind, tmp_path):
+    """Before: tarfile read a 64 MiB GNU long name or PAX header whole before any member was
+    looked at. Now the archive is one dead letter naming it, read no further, and the other
+    archives are read as before."""
+    import random
+
+    root = rod_source(tmp_path, {"rod_0.tar.gz": tar_gz([
+        (f"natural_bluebl_greenr-banana-s{i}.jpg",
+         sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)])})
+    hostile_archive(os.path.join(root, "rod_1.tar.gz"), kind, 64 << 20)
+    rod = ROD(0, root)
+    rod.params["read_from"] = "archives"
+    tracemalloc.start()
+    try:
+        values = values_of(rod, "archives")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert [v.path for v in letters] == ["rod_1.tar.gz"], letters
+    assert "extended header" in letters[0].reason and "67,108,864" in letters[0].reason
+    assert [v.key for v in values if isinstance(v, results.Candidate)] == [
+        "Realistic-Occlusion-Dataset/natural_bluebl_greenr-banana"]
+    assert balanced(values, "rod")
+
+
+PEAK_HEADER_BYTES = 256 << 20
+
+
+def test_extended_headers_do_not_raise_peak_memory(tmp_path_factory):
+    """The issue's measurement: three ROD archives whose GNU long-name or PAX headers declare
+    256 MiB drove a build's peak memory from ~200 MB to ~960 MB. Now they are dead letters
+    naming each archive, and the peak stays that of the clean build."""
+    from test_hostile_inputs import accounted, build_peak_mb, dead_letters
+
+    clean_root = private_miniature(tmp_path_factory, "rod")
+    hostile_root = str(tmp_path_factory.mktemp("rod_headers"))
+    shutil.copytree(clean_root, hostile_root, dirs_exist_ok=True)
+    for name, kind in (("rod_2.tar.gz", "gnu"), ("rod_3.tar.gz", "pax"), ("rod_4.tar.gz", "pax")):
+        hostile_archive(os.path.join(hostile_root, "rod", name), kind, PEAK_HEADER_BYTES)
+    clean_out = str(tmp_path_factory.mktemp("rod_headers_clean") / "out")
+    code, clean_mb = build_peak_mb(clean_out, clean_root)
+    assert code == 0
+    out = str(tmp_path_factory.mktemp("rod_headers_out") / "out")
+    code, hostile_mb = build_peak_mb(out, hostile_root, "--max_bad_fraction=0.5")
+    assert code == 0
+    print(f"peak RSS: clean {clean_mb:.0f} MB, with 3 x 256 MiB extended headers "
+          f"{hostile_mb:.0f} MB")
+    assert hostile_mb <= clean_mb * 1.10, (clean_mb, hostile_mb)
+    accounted(read_json(os.path.join(out, "reports", "build.json")))
+    refused = sorted(d["path"] for d in dead_letters(out) if "extended header" in d["reason"])
+    assert refused == ["rod_2.tar.gz", "rod_3.tar.gz", "rod_4.tar.gz"]
+    assert shard_files(out) == shard_files(clean_out)
+
+
+DECLARED_ONLY = r"""
+import gzip, io, sys, tarfile
+from proactivebench_builder.transforms.rod.scenario import ROD
+root, bits = sys.argv[1], int(sys.argv[2])
+buf = io.BytesIO()
+info = tarfile.TarInfo("natural_bluebl_greenr-banana-s13.jpg")
+info.size = 1 << bits                      # declared only (base-256 size field): no data
+buf.write(info.tobuf(format=tarfile.GNU_FORMAT))
+open(root + "/rod_0.tar.gz", "wb").write(gzip.compress(buf.getvalue()))
+rod = ROD(0, root)
+rod.params["read_from"] = "archives"
+for value in rod.read_unit("archives"):
+    if value.kind == "dead_letter":
+        print(value.path, "|", value.reason)
+"""
+
+
+@pytest.mark.parametrize("bits", [44, 86])
+def test_a_member_declaring_data_that_is_not_there_ends_with_the_stream(bits, tmp_path):
+    """Before: a 124-byte archive whose one member declares 2^44 bytes (none present) made
+    tarfile "skip" the member one 10 KiB read at a time past the end of the stream: ~1.5 h of
+    CPU (2^86: forever). Now the skip stops at the end of the stream: the archive is cut short,
+    a dead letter naming it, at once."""
+    done = subprocess.run([sys.executable, "-c", DECLARED_ONLY, rod_source(tmp_path), str(bits)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("rod_0.tar.gz | unreadable archive") for line in lines), lines
+
+
+def test_a_frame_number_too_long_for_int_is_an_unparseable_name(tmp_path):
+    """Before: `-s<5,000 digits>.jpg` passed the name pattern and int() refused it (Python's
+    4,300-digit limit): the ValueError escaped, and the whole ROD unit (every archive) became
+    one dead letter. Now that member alone is a dead letter; a non-ASCII digit is not a
+    frame number either."""
+    import random
+
+    frames = [(f"natural_bluebl_greenr-banana-s{i}.jpg",
+               sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)]
+    odd = [("natural_bluebl_greenr-cup-s" + "9" * 5000 + ".jpg", frames[0][1]),
+           ("natural_bluebl_greenr-cup-s\u0663.jpg", frames[0][1])]
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": tar_gz(frames + odd)}))
+    rod.params["read_from"] = "archives"
+    values = values_of(rod, "archives")
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert len(letters) == 2 and all("unparseable frame name" in v.reason for v in letters)
+    assert [v.key for v in values if isinstance(v, results.Candidate)] == [
+        "Realistic-Occlusion-Dataset/natural_bluebl_greenr-banana"]
+    assert balanced(values, "rod")
+
+
+@pytest.mark.parametrize("text", ['{"features": {"label": {"names": 5}}}', "[" * 100000,
+                                  '{"features": [1]}'])
+def test_an_odd_dataset_info_is_one_line(text, tmp_path):
+    """dataset_info.json (the class table every ROD sample is checked against): a value of
+    another type or a deeply nested one is a SourceError naming the file, not a TypeError or
+    RecursionError traceback."""
+    from proactivebench_builder.core.errors import SourceError
+
+    root = rod_source(tmp_path, {"rod_0.tar.gz": tar_gz([]), "dataset_info.json":
+                                 text.encode()})
+    with pytest.raises(SourceError, match="dataset_info.json"):
+        ROD(0, root).list_units()

@@ -29,6 +29,15 @@ def values_of(scenario, unit) -> list:
     return list(scenario.read_unit(unit))
 
 
+def counted(values) -> dict:
+    """what -> the sum of its counts."""
+    total = {}
+    for v in values:
+        if isinstance(v, results.Count):
+            total[v.what] = total.get(v.what, 0) + v.n
+    return total
+
+
 def balanced(values, label: str) -> bool:
     raw = sum(v.n for v in values if isinstance(v, results.Count) and v.scenario == label
               and v.what == "raw_items")
@@ -206,3 +215,80 @@ def test_an_odd_dataset_info_is_one_line(text, tmp_path):
                                  text.encode()})
     with pytest.raises(SourceError, match="dataset_info.json"):
         ROD(0, root).list_units()
+
+
+def _pax_member(name: str, data: bytes, pax: dict[str, str]) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.pax_headers = len(data), pax
+    return info.tobuf(format=tarfile.PAX_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+def test_pax_headers_are_read_in_linear_time(tmp_path):
+    """tarfile (CPython before 3.11.10 / 3.12.6) looks for `hdrcharset` with a regular
+    expression that backtracks quadratically over a run of digits: 60 members whose PAX
+    header holds a 15,000-digit comment (well-formed, under the size cap) took ~30 s. Now PAX
+    records are parsed in one pass, and the members are read as usual."""
+    import random
+    import time
+
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), random.Random(0))
+    body = b"".join(_pax_member(f"other/{i}.txt", b"x", {"comment": "7" * 15000})
+                    for i in range(60))
+    body += _pax_member("natural_bluebl_greenr-banana-s0.jpg", frame, {"comment": "1" * 100})
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body + b"\0" * 1024)}))
+    rod.params["read_from"] = "archives"
+    started = time.monotonic()
+    values = values_of(rod, "archives")
+    assert time.monotonic() - started < 10
+    counts = counted(values)
+    assert counts.get("excluded:not_a_frame") == 60
+    assert balanced(values, "rod")
+
+
+@pytest.mark.parametrize("case", ["chain", "sparse", "malformed"])
+def test_odd_extended_headers_refuse_their_archive(case, tmp_path):
+    """A chain of 2,000 GNU long-name headers (tarfile recurses once per header: a
+    RecursionError took the whole ROD unit), a GNU sparse member (its 1.0 map is read with a
+    quadratic search) and a PAX header that is not made of records are each one dead letter
+    naming the archive."""
+    import random
+
+    if case == "chain":
+        link = _header("././@LongLink", 10, tarfile.GNUTYPE_LONGNAME, tarfile.GNU_FORMAT)
+        body = (link + b"x" * 10 + b"\0" * 502) * 2000
+    elif case == "sparse":
+        body = _pax_member("natural_bluebl_greenr-banana-s1.jpg", b"1\n0\n5\n" + b"a" * 100,
+                           {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                            "GNU.sparse.name": "a.jpg", "GNU.sparse.realsize": "5"})
+    else:
+        head = b"3 " + b"a" * 500 + b"="
+        body = _header("PaxHeaders/x", len(head), tarfile.XHDTYPE) + head + b"\0" * (
+            -len(head) % 512) + _frame_member("natural_bluebl_greenr-banana-s1.jpg", b"abc")
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), random.Random(0))
+    body = _frame_member("natural_bluebl_greenr-banana-s0.jpg", frame) + body + b"\0" * 1024
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body)}))
+    rod.params["read_from"] = "archives"
+    values = values_of(rod, "archives")
+    refused = [v for v in values if isinstance(v, results.DeadLetter) and v.path == "rod_0.tar.gz"]
+    assert len(refused) == 1 and refused[0].reason.startswith("refused archive: rod_0.tar.gz"), \
+        [v for v in values if isinstance(v, results.DeadLetter)]
+    assert balanced(values, "rod")
+
+
+def test_the_reader_keeps_no_list_of_members(tmp_path):
+    """tarfile keeps every member it has read, also when streaming: memory grew with the number
+    of members of an archive (30,000 tiny members: ~20 MB). Now only the current one is kept."""
+    body = b"".join(_frame_member(f"n/{i}.txt", b"") for i in range(30000)) + b"\0" * 1024
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body)}))
+    rod.params["read_from"] = "archives"
+    excluded = 0
+    tracemalloc.start()
+    try:
+        for value in rod.read_unit("archives"):  # values not kept: only the reader's memory
+            if isinstance(value, results.Count) and value.what == "excluded:not_a_frame":
+                excluded += value.n
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert excluded == 30000
+    assert peak < 4 << 20, peak

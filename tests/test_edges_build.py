@@ -292,3 +292,57 @@ def test_the_reader_keeps_no_list_of_members(tmp_path):
         tracemalloc.stop()
     assert excluded == 30000
     assert peak < 4 << 20, peak
+
+
+# ---- the train split: frames checked like the test split's (point 8) -----------------------
+
+@pytest.mark.parametrize("kind", ["file", "view"])
+def test_a_train_frame_changed_after_validation_is_a_dead_letter(kind, tmp_path_factory,
+                                                                 monkeypatch):
+    """Before: a COCO train2014 image truncated after its example was validated was written
+    truncated into the train shard with status ok (an unambiguous example, whose file passes
+    through), or the whole build died with "image file is truncated" (an ambiguous one, a
+    crop). Now the example is dropped as a counted dead letter, as in the test split."""
+    from conftest import IN_PROCESS, read_jsonl, run
+    from proactivebench_builder.pipeline import shards
+
+    root = str(tmp_path_factory.mktemp("coco_train_changing"))
+    shutil.copytree(private_miniature(tmp_path_factory, "coco"), root, dirs_exist_ok=True)
+    truncated = []
+    original = shards.AssignIdsAndShards.process
+
+    def truncate_then_assign(self, element):
+        pool, values = element
+        values = list(values)
+        if pool == shards.TRAIN_POOL and not truncated:
+            examples = sorted((v for v in values if isinstance(v, results.TrainExample)),
+                              key=lambda v: v.key)
+            for example in examples:
+                ref = example.row["image_ref"]
+                if example.name == "coco" and ref["kind"] == kind:
+                    with open(ref["url"], "r+b") as handle:
+                        handle.truncate(os.path.getsize(ref["url"]) // 2)
+                    truncated.extend(e.key for e in examples
+                                     if e.row["image_ref"].get("url") == ref["url"])
+                    break
+        yield from original(self, (pool, values))
+
+    monkeypatch.setattr(shards.AssignIdsAndShards, "process", truncate_then_assign)
+    output = str(tmp_path_factory.mktemp("coco_train_changing_out") / "out")
+    report = run(output, root, "coco", IN_PROCESS, "--max_bad_fraction=1",
+                 "--no_upstream_export")
+    assert truncated, f"no COCO train example of kind {kind}"
+    letters = [d for d in read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+               if "frame changed after validation" in d["reason"]]
+    assert sorted(d["key"] for d in letters) == sorted(truncated)
+    assert {d["scenario"] for d in letters} == {"coco/train"}
+    import pyarrow.parquet as pq
+
+    keys = [k for name in os.listdir(os.path.join(output, "data"))
+            for k in pq.read_table(os.path.join(output, "data", name),
+                                   columns=["key"]).column("key").to_pylist()]
+    assert not set(truncated) & set(keys)
+    train = report["train"]
+    assert train["scenarios"]["coco"]["accounted"] is True
+    assert train["examples"] == train["rows"] == len(keys)
+    assert report["status"] in ("building", "ok")

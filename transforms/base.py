@@ -32,6 +32,11 @@ from proactivebench_builder.core.seeding import rng_for
 _REGISTRY: dict[str, type["Scenario"]] = {}
 
 
+class SourceChanged(BadItem):
+    """A source file whose bytes are no longer those validated when its sample (or train
+    example) was built: the shard writer drops the row as a dead letter."""
+
+
 class Scenario:
     name: ClassVar[str] = ""          # registry key and manifest name (source_manifests/<name>.yaml)
     config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
@@ -64,6 +69,9 @@ class Scenario:
         self.manifest = self.read_manifest()
         self.params = dict(self.manifest["parameters"])
         self.root = source_root.rstrip("/")
+        # url -> sha256 of the bytes `validate_file_frame` validated, until sealed into a row;
+        # a copy of the scenario (COCO's `for_split`) shares it
+        self._digests: dict[str, str] = {}
 
     # ---- its manifest ------------------------------------------------------------------------
 
@@ -154,6 +162,7 @@ class Scenario:
         as chat messages (image first, then the upstream template), `options` as displayed
         (proactive and abstain options, then the categories), and the suggestions valid for
         this frame in `proactive_actions` (empty on an unambiguous frame)."""
+        image_ref = self.seal_image_ref(image_ref)
         displayed = list(options) + list(categories)
         text = multi_choice_prompt(question, displayed)
         return {
@@ -218,6 +227,30 @@ class Scenario:
             if ref.get("kind") == "file" and ref.get("url") in digests:
                 ref["sha256"] = digests[ref["url"]]
         digests.clear()
+
+    def seal_image_ref(self, ref: dict) -> dict:
+        """A train example's image reference with the sha256 of the source bytes validated for
+        it (when this worker validated them), as `seal_frame_refs` does for a row: `sha256`
+        when the frame is the file itself, `source_sha256` when it is made from the file (a
+        crop); then every recorded digest is forgotten."""
+        digests = self._validated_digests()
+        digest = digests.get(ref.get("url"))
+        digests.clear()
+        if digest is None:
+            return ref
+        return dict(ref, **{"sha256" if ref.get("kind") == "file" else "source_sha256": digest})
+
+    def read_validated_source(self, ref: dict) -> bytes:
+        """The bytes of the source file `ref["url"]` that a frame is made from, proven to be
+        the bytes validated when its example was built (`source_sha256`, when sealed); raise
+        SourceChanged otherwise."""
+        data = self.read_source(ref["url"])
+        expected = ref.get("source_sha256")
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            raise SourceChanged("frame changed after validation: the bytes of the file it is "
+                                "made from differ from those validated when it was built",
+                                self.relative(ref["url"]))
+        return data
 
     # ---- reading inside the source root ---------------------------------------------------
 

@@ -346,3 +346,185 @@ def test_a_train_frame_changed_after_validation_is_a_dead_letter(kind, tmp_path_
     assert train["scenarios"]["coco"]["accounted"] is True
     assert train["examples"] == train["rows"] == len(keys)
     assert report["status"] in ("building", "ok")
+
+
+# ---- VSOD: the labels CSV and the annotation XML --------------------------------------------
+
+def vsod_vocabulary() -> dict:
+    from proactivebench_builder.transforms import manifest_of
+
+    return manifest_of("vsod")["categories"]
+
+
+HEADER = "segment,question_type,answer,first_image,reference_image"
+
+
+def test_labels_with_lone_carriage_returns_parse():
+    """Before: `io.StringIO(text)` without newline="" made csv raise "new-line character seen
+    in unquoted field" for a file with CR-only line endings (or a CR inside a cell), a
+    traceback in ListUnits. Now CR ends a line as CSV says; a cell cut by a CR is a bad line."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    text = f"{HEADER}\rseg_0001,speaker,Ge You,,\rseg_0002,speaker,Ge\rYou,,\r"
+    good, bad = parse_labels(text, vsod_vocabulary())
+    assert [(g["segment"], g["line"]) for g in good] == [("seg_0001", 2)]
+    assert [line for line, _ in bad] == [3, 4]
+
+
+def test_a_cell_over_the_csv_field_limit_is_one_bad_line():
+    """Before: `_csv.Error: field larger than field limit (131072)` escaped parse_labels."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    text = (f"{HEADER}\nseg_0001,speaker,\"{'x' * 200000}\",,\n"
+            "seg_0002,speaker,Ge You,,\n")
+    good, bad = parse_labels(text, vsod_vocabulary())
+    assert [g["segment"] for g in good] == ["seg_0002"]
+    assert len(bad) == 1 and bad[0][0] == 2 and "field larger than" in bad[0][1]
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "9" * 5000, "+3", " 1_0"])
+def test_a_pinned_frame_that_is_not_ascii_digits_is_one_bad_line(value):
+    """Before: '²'.isdigit() is True but int('²') fails, and int() refuses 5,000 digits: a
+    ValueError escaped (a traceback in ListUnits). Now the line is a dead letter."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    good, bad = parse_labels(f"{HEADER}\nseg_0001,speaker,Ge You,{value},\n",
+                             vsod_vocabulary())
+    assert good == [] and len(bad) == 1 and "is not a frame index" in bad[0][1]
+
+
+def test_a_header_that_is_not_csv_is_one_line():
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    with pytest.raises(SourceError, match="labels file"):
+        parse_labels('"' + "x" * 200000 + '"\n', vsod_vocabulary())
+
+
+def test_a_huge_labels_file_is_refused_in_one_line(tmp_path):
+    """Before: a 1 GiB labels file (sparse) was read and parsed whole: 6.3 GB, then a csv
+    traceback. Now a labels file over its cap is a SourceError naming it, unread."""
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.vsod.scenario import MAX_LABELS_BYTES, VSOD
+
+    scenario = VSOD(0, str(tmp_path))
+    with open(tmp_path / scenario.params["labels_file"], "wb") as handle:
+        handle.write(HEADER.encode() + b"\n")
+        handle.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SourceError, match="labels"):
+            scenario.labels()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_LABELS_BYTES, peak
+
+
+@pytest.mark.parametrize("number", ["inf", "-inf", "nan", "1e400"])
+def test_annotation_numbers_must_be_finite(number):
+    """Before: `<width>inf</width>` raised OverflowError out of parse_annotation (a unit dead
+    letter "unreadable source unit"), and NaN box coordinates passed every comparison of
+    check_boxes. Now either is the annotation's BadItem."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.vsod.scenario import parse_annotation
+
+    box = "".join(f"<{k}>{v}</{k}>" for k, v in zip(("xmin", "ymin", "xmax", "ymax"),
+                                                      (1, 1, number, 5)))
+    size = f"<size><width>{number}</width><height>8</height></size>"
+    for xml in (f"<annotation>{size}</annotation>",
+                f"<annotation><object><bndbox>{box}</bndbox></object></annotation>"):
+        with pytest.raises(BadItem, match="finite|numeric"):
+            parse_annotation(xml.encode())
+
+
+def test_natural_frame_order_takes_any_file_name():
+    """Before: with frame_order natural, a frame named `0001²2.jpg` made int('²') raise (a
+    unit dead letter "unreadable source unit: ValueError"), and a name whose text part is all
+    digits next to one whose is not made sorting compare an int with a str. Now digit runs
+    are ASCII digits, compared as numbers, and any names sort."""
+    from proactivebench_builder.transforms.vsod.scenario import natural_key
+
+    names = ["0010.jpg", "0001\u00b22.jpg", "2.jpg", "\u00b2.jpg", "a.jpg", "0002.jpg"]
+    ordered = sorted(names, key=natural_key)
+    assert ordered.index("2.jpg") < ordered.index("0010.jpg")
+    assert sorted(["f10.jpg", "f9.jpg", "f010.jpg"], key=natural_key) == [
+        "f9.jpg", "f10.jpg", "f010.jpg"]
+
+
+# ---- MVP-N list pickles ------------------------------------------------------------------------
+
+def test_a_pickle_memo_index_claims_no_memory():
+    """Before: a 9-byte list pickle whose LONG_BINPUT names memo slot 2^27 made the C
+    unpickler size its memo to that index (2.1 GB for an empty list; 2^32: ~64 GB). Now a memo
+    index beyond the entries the pickle has made is a bad pickle, refused before unpickling."""
+    import struct
+
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.mvpn.scenario import load_sample_list
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadItem, match="bad pickle: memo"):
+            load_sample_list(b"\x80\x02]r" + struct.pack("<I", 1 << 27) + b".")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    import pickle
+
+    value = [["a/b/1_0.png", "a/b/2_1.png"]] * 3 + [["x"] * 300]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):  # what picklers write still loads
+        assert load_sample_list(pickle.dumps(value, protocol=protocol)) == value
+
+
+def test_a_list_file_over_its_cap_is_a_dead_letter(tmp_path):
+    """A list pickle builds ~30 bytes of objects per byte of pickle (EMPTY_LIST, APPEND...): a
+    256 MiB one could hold gigabytes. A list file over MAX_LIST_BYTES (the real ones hold about
+    twenty kB) is a dead letter, unread."""
+    from proactivebench_builder.transforms.mvpn.scenario import MAX_LIST_BYTES, MVPN
+
+    root = private_root(tmp_path, "mvpn")
+    unit = os.path.join(root, "mvpn", "data", "test_list", "test_0000_100.pkl")
+    with open(unit, "r+b") as handle:
+        handle.truncate(MAX_LIST_BYTES + 1)
+    scenario = MVPN(0, os.path.join(root, "mvpn"))
+    values = list(scenario.read_unit(unit))
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert len(letters) == 1 and "larger than" in letters[0].reason
+    assert balanced(values, "mvpn")
+
+
+@pytest.mark.parametrize("token", ["\u0663", "\u00b2", "9" * 12])
+def test_a_view_token_that_is_not_ascii_digits_is_a_dead_letter(token):
+    """'²'.isdigit() is true but int('²') fails (the element was a dead letter saying
+    "ValueError"), and int('٣') is 3: a view file ٣_0.png was exported as 3_0.png. A view token
+    must be ASCII digits to be a frame id."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.mvpn.scenario import MVPN
+
+    scenario = MVPN(0, "/nowhere")
+    with pytest.raises(BadItem, match="non-integer view token"):
+        scenario._frame_ids([f"0041/1/{token}_0.png", "0041/1/2_1.png"])
+
+
+def private_root(tmp_path, name: str) -> str:
+    from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+    from proactivebench_builder.transforms import load_scenarios
+
+    return ensure_miniature_sources(str(tmp_path / "src"), {name: load_scenarios()[name]})
+
+
+# ---- QuickDraw lines ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key_id", ["\u0663", "\u00b2", "12\u00b2"])
+def test_a_key_id_of_other_digits_is_a_dead_letter(key_id, tmp_path):
+    """A key_id is ASCII digits, as the canonical-line pattern reads it; the full parse took
+    any character str.isdigit() accepts ('²', '٣'), so one drawing could be read two ways."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
+
+    line = ('{"word":"cat","countrycode":"US","timestamp":"t","recognized":true,"key_id":"%s",'
+            '"drawing":[[[1,2],[3,4]],[[5,6],[7,8]]]}' % key_id).encode()
+    with pytest.raises(BadItem, match="key_id"):
+        QuickDraw(0, str(tmp_path))._parse_line(line, "cat")

@@ -254,12 +254,15 @@ class Scenario:
 
     # ---- reading inside the source root ---------------------------------------------------
 
-    def read_source(self, url: str) -> bytes:
+    def read_source(self, url: str, limit: int | None = None) -> bytes:
         """The bytes of a source file; raise BadItem when a local file resolves outside the
         source root (a symlink in the download, e.g. from an extracted archive): sources are
         untrusted, and a link must not pull other files of this machine into the output.
-        A file over `max_source_file_bytes` is refused unread (fileio.FileTooLarge)."""
-        return fileio.read_bytes(self.inside_root(url), limit=self.max_source_file_bytes)
+        A file over `max_source_file_bytes` (or the smaller `limit` a reader knows for its
+        kind of file) is refused unread (fileio.FileTooLarge)."""
+        cap = self.max_source_file_bytes if limit is None else min(limit,
+                                                                    self.max_source_file_bytes)
+        return fileio.read_bytes(self.inside_root(url), limit=cap)
 
     def inside_root(self, url: str) -> str:
         """`url` itself, once checked to resolve inside the source root; else raise BadItem
@@ -283,10 +286,10 @@ class Scenario:
                               f"untrusted, so a link out of the root is never followed)")
         return url
 
-    def read_source_text(self, url: str) -> str:
+    def read_source_text(self, url: str, limit: int | None = None) -> str:
         """A source text file (metadata, CSV, labels) checked like `read_source`; a UTF-8 BOM
         is dropped."""
-        return self.read_source(url).decode("utf-8-sig")
+        return self.read_source(url, limit).decode("utf-8-sig")
 
     def list_source(self, folder: str) -> list[str]:
         """`fileio.list_names` of a source folder, once checked to resolve inside the source

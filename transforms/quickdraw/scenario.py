@@ -125,7 +125,7 @@ class QuickDraw(Scenario):
             raise BadItem(f"inconsistent record: word {record['word']!r} in the file of "
                           f"{category!r}")
         key_id = str(record["key_id"])
-        if not key_id.isdigit():
+        if not (key_id.isascii() and key_id.isdigit()):  # as CANONICAL_LINES reads it
             raise BadItem(f"malformed ndjson line: key_id {key_id!r} is not an integer")
         strokes = parse_strokes(record["drawing"], raw=self.family == "raw")
         return {"key_id": key_id, "recognized": record["recognized"] is True, "strokes": strokes}

@@ -528,3 +528,79 @@ def test_a_key_id_of_other_digits_is_a_dead_letter(key_id, tmp_path):
             '"drawing":[[[1,2],[3,4]],[[5,6],[7,8]]]}' % key_id).encode()
     with pytest.raises(BadItem, match="key_id"):
         QuickDraw(0, str(tmp_path))._parse_line(line, "cat")
+
+
+# ---- COCO: the streaming JSON reader -------------------------------------------------------------
+
+@pytest.mark.parametrize("doc", [
+    b'{"images": ' + b"[" * 30000 + b"]" * 30000 + b', "annotations": []}',
+    b'{"images": [], "annotations": [' + b'{"a":' * 30000 + b"1" + b"}" * 30000 + b"]}",
+    b'{"info": ' + b"[" * 30000,
+])
+@pytest.mark.parametrize("chunk", [7, 1 << 20])
+def test_a_deeply_nested_value_is_a_value_error_naming_its_position(doc, chunk):
+    """Before: json's decoder recursed once per level and a RecursionError escaped
+    index_annotations (documented: ValueError), a unit dead letter "unreadable source unit:
+    RecursionError". Now it is a ValueError naming where the value starts."""
+    from proactivebench_builder.transforms.coco.annotations import index_annotations
+
+    with pytest.raises(ValueError, match=r"at character \d+") as err:
+        index_annotations(io.BytesIO(doc), chunk)
+    assert "nested" in str(err.value) or "truncated" in str(err.value)
+
+
+# ---- ChangeIt: categories.csv and labels.csv -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def changeit_source(tmp_path_factory) -> str:
+    return os.path.join(private_miniature(tmp_path_factory, "changeit"), "changeit")
+
+
+def _changeit_root(source: str, tmp_path) -> str:
+    """A private copy of ChangeIt's miniature, without its (large) frames and videos."""
+    root = str(tmp_path / "changeit")
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns("frames", "downloads"))
+    return root
+
+
+@pytest.mark.parametrize("name,damage", [
+    ("categories.csv", lambda t: t.replace(b'"Bacon Frying"', b"Bacon\rFrying", 1)),
+    ("labels.csv", lambda t: t.replace(b'"action"', b"act\rion", 1)),
+    ("categories.csv", lambda t: t + b'x,"' + b"y" * 200000 + b'",0.1\n'),
+    ("labels.csv", lambda t: t + b"\xff\xfe\n"),
+    ("categories.csv", lambda t: t + b"\xff\xfe\n"),
+])
+def test_a_broken_table_is_one_line_naming_it(name, damage, changeit_source, tmp_path):
+    """Before: a lone CR in categories.csv or labels.csv (csv.Error: new-line character seen in
+    unquoted field), a cell over the csv field limit or bytes that are not UTF-8 failed in
+    every unit: each became a dead letter, and the build ended "too many bad inputs" without
+    naming the file. Now listing the units stops the build with one line naming it."""
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.changeit.scenario import ChangeIt
+
+    root = _changeit_root(changeit_source, tmp_path)
+    path = os.path.join(root, name)
+    with open(path, "rb") as handle:
+        text = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(damage(text))
+    with pytest.raises(SourceError, match=name.replace(".", r"\.")):
+        ChangeIt(0, root).list_units()
+
+
+def test_tables_with_carriage_return_line_ends_parse(changeit_source, tmp_path):
+    """CR-only line ends (an old Mac export) are line ends, as CSV says, not an error."""
+    from proactivebench_builder.transforms.changeit.scenario import ChangeIt
+
+    root = _changeit_root(changeit_source, tmp_path)
+    before = ChangeIt(0, root).list_units()
+    for name in ("categories.csv", "labels.csv"):
+        path = os.path.join(root, name)
+        with open(path, "rb") as handle:
+            text = handle.read()
+        with open(path, "wb") as handle:
+            handle.write(text.replace(b"\n", b"\r"))
+    scenario = ChangeIt(0, root)
+    assert scenario.list_units() == before
+    values = list(scenario.read_unit(before[0]))
+    assert any(isinstance(v, results.Candidate) for v in values)

@@ -69,7 +69,8 @@ def integer(text: str) -> int:
 def parse_video_list(text: str) -> list[str]:
     """The ids of `videos/<category>.csv` (`<id>,<score>`, no header, no final newline). Only
     the text before the first comma is the id: ids contain '-' and '_' and are never split."""
-    return [line.split(",", 1)[0].strip() for line in text.splitlines() if line.strip()]
+    ids = (line.split(",", 1)[0].strip() for line in text.splitlines())
+    return [i for i in ids if i]  # a line with no id before its comma lists nothing
 
 def video_id_of(filename: str) -> str:
     """The YouTube id of an annotation file: the text before the first '.' (as the authors'

@@ -116,6 +116,8 @@ class QuickDraw(Scenario):
             record = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise BadItem(f"malformed ndjson line: {err}") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise BadItem("malformed ndjson line: nested too deeply to decode") from None
         if not isinstance(record, dict):
             raise BadItem("malformed ndjson line: not a JSON object")
         missing = [f for f in ("word", "key_id", "recognized", "drawing") if f not in record]

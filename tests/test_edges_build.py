@@ -727,3 +727,91 @@ def test_an_import_with_bad_records_builds_and_accounts(quickdraw_release, tmp_p
     letters = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
     assert {d["path"] for d in letters} == {f"QuickDraw_preprocessed.jsonl:{n}"
                                             for n in range(1, len(bad) + 1)}
+
+
+# ---- source names holding braces -------------------------------------------------------------------
+
+def _frame_paths_of(scenario, values) -> dict[str, list[str]]:
+    """key -> the upstream-layout path of each frame, for the candidates among `values`."""
+    found = {}
+    for v in values:
+        if isinstance(v, results.Candidate):
+            row = scenario.build_sample(v.key, v.item)
+            found[v.key] = [scenario.frame_path(row, f) for f in row["frame_ids"]]
+    return found
+
+
+def test_an_imagenet_c_file_name_with_braces_keeps_its_name(tmp_path):
+    """Before: a legal file name holding "{1}" went into the template unescaped: filling it
+    raised IndexError in the shard writer, and the whole build failed. Now braces are doubled
+    in the template's literal parts, and the frame path is the file's own name."""
+    import glob
+
+    src = os.path.join(private_root(tmp_path, "imagenet_c"), "ImageNet-C")
+    first = sorted(glob.glob(f"{src}/*/*/*/*.JPEG"))[0]
+    wnid, name = first.split("/")[-2], os.path.basename(first)
+    for path in glob.glob(f"{src}/*/*/{wnid}/{name}"):
+        os.rename(path, os.path.join(os.path.dirname(path), "x{1}" + name))
+    scenario = get_scenario_named("imagenet_c", src)
+    scenario.params["samples_per_class"] = 100
+    paths = _frame_paths_of(scenario, values_of(scenario, wnid))
+    braced = [p for key, ps in paths.items() if "{" in key for p in ps]
+    assert len(braced) == 5 and all(p.endswith(f"/{wnid}/x{{1}}{name}") for p in braced)
+
+
+def test_a_rod_setting_with_braces_keeps_its_name(tmp_path):
+    import random
+
+    frames = [(f"natural_{{x}}_bluebl_greenr-banana-s{i}.jpg",
+               sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)]
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": tar_gz(frames)}))
+    rod.params["read_from"] = "archives"
+    paths = _frame_paths_of(rod, values_of(rod, "archives"))
+    assert list(paths.values()) == [[f"Realistic-Occlusion-Dataset/natural_{{x}}_bluebl_greenr-"
+                                     f"banana-s{i}.jpg" for i in range(14)]]
+
+
+def test_a_vsod_segment_with_braces_keeps_its_name(tmp_path):
+    from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
+
+    src = os.path.join(private_root(tmp_path, "vsod"), "vsod")
+    scenario = get_scenario_named("vsod", src)
+    segment = scenario.segments()[0]
+    for kind in ("Data", "Annotations"):
+        os.rename(scenario.tree(kind, segment), scenario.tree(kind, segment + "{0}"))
+    labels = os.path.join(src, scenario.params["labels_file"])
+    with open(labels, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(labels, "w", encoding="utf-8") as handle:
+        handle.write(text.replace(f"{segment},", f"{segment}{{0}},"))
+    scenario = get_scenario_named("vsod", src)
+    paths = _frame_paths_of(scenario, values_of(scenario, "segment:" + segment + "{0}"))
+    assert paths and all(p.startswith(f"{DATASET_FOLDER}/{segment}{{0}}/")
+                         for ps in paths.values() for p in ps)
+
+
+def test_a_changeit_video_id_with_braces_keeps_its_name(changeit_source, tmp_path):
+    root = str(tmp_path / "changeit")
+    shutil.copytree(changeit_source, root)
+    scenario = get_scenario_named("changeit", root)
+    unit = scenario.list_units()[0]
+    category = os.path.basename(unit)
+    name = sorted(n for n in os.listdir(unit) if n.endswith(".fps1.csv"))[0]
+    video = name.split(".", 1)[0]
+    os.rename(os.path.join(unit, name), os.path.join(unit, f"{video}{{v}}.fps1.csv"))
+    frames = os.path.join(root, scenario.params["frames_dir"], category)
+    os.rename(os.path.join(frames, video), os.path.join(frames, video + "{v}"))
+    listing = os.path.join(root, "videos", f"{category}.csv")
+    with open(listing, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(listing, "w", encoding="utf-8") as handle:
+        handle.write(text.replace(video + ",", video + "{v},"))
+    paths = _frame_paths_of(scenario, values_of(scenario, unit))
+    braced = [p for key, ps in paths.items() if "{v}" in key for p in ps]
+    assert braced and all(p.startswith(f"ChangeIt/{category}/{video}{{v}}/") for p in braced)
+
+
+def get_scenario_named(name: str, root: str):
+    from proactivebench_builder.transforms import get_scenario
+
+    return get_scenario(name)(0, root)

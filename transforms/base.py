@@ -353,5 +353,12 @@ def _real_path(path: str) -> str:
     return os.path.join(_real_dir(folder), name)
 
 
+def template_literal(text: str) -> str:
+    """Text placed in an `image_template` verbatim: its braces doubled, since the runtime, the
+    export and upstream fill templates with str.format (a source name holding "{1}" would
+    otherwise be read as a slot, and writing its frames fail)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def registered() -> dict[str, type[Scenario]]:
     return dict(_REGISTRY)

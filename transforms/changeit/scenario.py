@@ -10,7 +10,7 @@ import re
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.changeit import miniature
 from proactivebench_builder.transforms.changeit.csvs import (
     ANNOTATION_SUFFIX, parse_annotation, parse_categories_csv, parse_labels_csv, parse_video_list,
@@ -210,7 +210,8 @@ class ChangeIt(Scenario):
         qt = item["question_type"]
         row = self.new_row(key)
         row.update(
-            image_template=f"ChangeIt/{item['category']}/{item['video_id']}/{{image}}.{extension}",
+            image_template=(template_literal(f"ChangeIt/{item['category']}/{item['video_id']}/")
+                            + "{image}" + template_literal(f".{extension}")),
             first_image=item["first_image"], num_images=item["num_images"],
             reference_image=item["reference_image"], step_size=item["step_size"],
             max_steps=item["max_steps"], question_type=qt,

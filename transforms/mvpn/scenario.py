@@ -12,7 +12,7 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.manifests import ManifestError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.mvpn import miniature
 from proactivebench_builder.transforms.mvpn.play import PLAY, ROTATE_REQUESTS
 
@@ -120,11 +120,6 @@ def order_views(paths: list[str]) -> list[str]:
     if len(informative) > 1:
         raise BadItem(f"several informative views: {len(informative)}")
     return [p for p, m in zip(paths, marks) if m == 0] + informative
-
-
-def template_literal(text: str) -> str:
-    """Text placed in a str.format template verbatim (braces doubled)."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 class MVPN(Scenario):

@@ -13,7 +13,7 @@ from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.rod import miniature
 from proactivebench_builder.transforms.rod.archives import (
     ArchiveRefused, archive_version, members, read_member)
@@ -325,7 +325,8 @@ class ROD(Scenario):
         n = len(frames)
         row = self.new_row(key)
         row.update(
-            image_template=f"{DATASET_FOLDER}/{item['sequence']}-s{{image}}{extensions[0]}",
+            image_template=(template_literal(f"{DATASET_FOLDER}/{item['sequence']}-s")
+                            + "{image}" + template_literal(extensions[0])),
             first_image=int(self.params["first_image"]), num_images=n,
             reference_image=int(self.params["reference_image"]),
             prompt=self.pick_prompt(key, QUESTIONS).format(occluder=occluder),

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.vsod import miniature
 from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 from proactivebench_builder.transforms.vsod.play import PLAY, REWIND, WAIT
@@ -409,7 +409,8 @@ class VSOD(Scenario):
         qtype = label["question_type"]
         row = self.new_row(key)
         row.update(
-            image_template=f"{DATASET_FOLDER}/{item['segment']}/{{image}}{item['ext']}",
+            image_template=(template_literal(f"{DATASET_FOLDER}/{item['segment']}/") + "{image}"
+                            + template_literal(item["ext"])),
             first_image=first, num_images=n, reference_image=reference,
             prompt=self.pick_prompt(key, QUESTIONS[qtype]),
             options=self.build_options(key, [REWIND, WAIT]),

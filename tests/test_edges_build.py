@@ -815,3 +815,22 @@ def get_scenario_named(name: str, root: str):
     from proactivebench_builder.transforms import get_scenario
 
     return get_scenario(name)(0, root)
+
+
+def test_an_unexpected_error_in_one_train_example_is_its_dead_letter(tmp_path, monkeypatch):
+    """A test item that fails unexpectedly is its own dead letter (BuildSample); a train item
+    that did took the whole build down with a runner traceback. Now it is the same."""
+    from proactivebench_builder.core.config import BuildConfig
+    from proactivebench_builder.pipeline.reading import train_example_values
+    from proactivebench_builder.transforms.coco.scenario import Coco
+
+    def broken(self, key, item):
+        raise RuntimeError("a plug-in's bug")
+
+    monkeypatch.setattr(Coco, "build_train_example", broken)
+    root = str(tmp_path)
+    config = BuildConfig(seed=0, output="/unused", scenarios=("coco",), sources={"coco": root},
+                         config_to_scenario={"coco2014": "coco"}, train_sources={"coco": root})
+    values = list(train_example_values(results.Candidate("coco/train", "coco2014/k", {}), config))
+    assert len(values) == 1 and isinstance(values[0], results.DeadLetter)
+    assert values[0].scenario == "coco/train" and "RuntimeError: a plug-in's bug" in values[0].reason

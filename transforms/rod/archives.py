@@ -5,8 +5,10 @@ Archives are untrusted: `members` walks one with `tarfile`, but bounds what tarf
 otherwise let a header decide (see `BoundedTarInfo` and `members`)."""
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
+import lzma
 import tarfile
 import threading
 
@@ -122,12 +124,14 @@ def _pax_records(buf: bytes, where: int) -> list[tuple[bytes, bytes]]:
 
 def members(raw):
     """(tar, member) for each member of the archive read from the binary stream `raw`
-    ("r|*": compressed or not, forward only), with bounds tarfile lacks: extended headers as
+    (compressed or not: `decompressed`; forward only), with bounds tarfile lacks: a read
+    decompresses only what it returns (tarfile's own streams decompress 10 KiB of input whole:
+    bzip2 makes 100 bytes 64 MiB), extended headers as
     `BoundedTarInfo` says; a member's data skipped a block at a time and only as far as the
     stream goes (an archive that ends inside a member is cut short: tarfile.ReadError); and
     no list of every member kept (tarfile keeps one, which grows with the archive).
     The caller may read the current member's data (`tar.extractfile`) before the next."""
-    with tarfile.open(fileobj=raw, mode="r|*", tarinfo=BoundedTarInfo) as tar:
+    with tarfile.open(fileobj=decompressed(raw), mode="r|", tarinfo=BoundedTarInfo) as tar:
         member = tar.next()
         while member is not None:
             tar.members.clear()
@@ -158,11 +162,26 @@ def archive_version(fs, path: str) -> str:
     return f"{info.get('size')}:{stamp}"
 
 
+# Decompressing readers by the magic bytes a file starts with: each read returns at most what
+# it is asked (the decompressor's output is bounded, whatever the input's ratio)
+_DECOMPRESSED = ((b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+                 (b"BZh", lambda raw: bz2.BZ2File(raw, mode="rb")),
+                 (b"\xfd7zXZ\x00", lambda raw: lzma.LZMAFile(raw, mode="rb")))
+
+
+def decompressed(raw):
+    """The uncompressed stream of the archive file `raw` (seekable, at its start): gzip, bzip2
+    or xz by its first bytes (as tarfile's "r|*" tells them), else `raw` itself."""
+    magic = raw.read(6)
+    raw.seek(0)
+    return next((opener(raw) for prefix, opener in _DECOMPRESSED if magic.startswith(prefix)),
+                raw)
+
+
 def open_archive(url: str):
     """A forward reader of the uncompressed stream of the archive at `url` (a regular file only,
-    see fileio.open_source)."""
-    raw = fileio.open_source(url)
-    return gzip.GzipFile(fileobj=raw, mode="rb") if url.endswith((".gz", ".tgz")) else raw
+    see fileio.open_source), decompressed as the member index was read (`decompressed`)."""
+    return decompressed(fileio.open_source(url))
 
 
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:

@@ -15,10 +15,12 @@ is kept below as an explicit `@example`.
 """
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
 import json
+import lzma
 import math
 import os
 import pickle
@@ -525,7 +527,9 @@ def rod_archive(draw) -> bytes:
     data = out.getvalue() + b"\0" * 1024
     if draw(st.integers(0, 2)) == 0:
         data = draw(mutated(data))
-    return gzip.compress(data, 1)
+    compress = draw(st.sampled_from([lambda d: gzip.compress(d, 1), bz2.compress, lzma.compress,
+                                     bytes]))
+    return compress(data)
 
 
 def _rod_archive_value(data: bytes):
@@ -544,6 +548,8 @@ def _rod_archive_value(data: bytes):
 @example(gzip.compress((_raw_header("././@LongLink", 10, tarfile.GNUTYPE_LONGNAME)
                         + b"x" * 10 + b"\0" * 502) * 1500))          # RecursionError before
 @example(gzip.compress(_raw_header("././@LongLink", 1 << 30, tarfile.GNUTYPE_LONGNAME)))
+@example(bz2.compress(_raw_header("notes/zeros.bin", 24 << 20, tarfile.REGTYPE)
+                      + b"\0" * (24 << 20)))                  # 24 MiB in one read before
 def test_rod_archive_headers(data):
     import time
 

@@ -737,3 +737,374 @@ def test_an_extraction_stopped_leaves_no_temporary_file(tmp_path):
     with pytest.raises(extraction.Interrupted):
         extract_into(tmp_path, "a.tar", data, should_stop=lambda: next(asked))
     assert [p.name for p in (tmp_path / "out").iterdir()] == []
+
+
+# ---- the destination folder and fetch's own files ---------------------------------------------
+
+
+DEMO_URL = "https://example.org/data/f.bin"
+DEMO_PATH = "/example.org/data/f.bin"
+
+
+def demo_plan(data: bytes = BODY, files=None, subdir="demo"):
+    """A one-source plan fetching `data` as f.bin (served by `fake` through --mirror)."""
+    entries = files or [{"url": DEMO_URL, "path": "f.bin", **pins(data),
+                         "pins_from": "https://example.org/sums"}]
+    return plan({"name": "demo", "source_subdir": subdir, "downloads": {"files": entries}})
+
+
+def run_fetch(capsys, monkeypatch, fake, root, source_plan, *extra):
+    monkeypatch.setattr(fetch, "load_plans", lambda names=None: {"demo": source_plan})
+    code = fetch.main([f"--sources_root={root}", f"--mirror={fake.url('')}", "--no_progress",
+                       "--retry_wait=0", "--retries=0", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def test_a_file_where_a_source_folder_goes_is_one_line_before_any_request(
+        fake, tmp_path, capsys, monkeypatch):
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    root.mkdir()
+    (root / "demo").write_text("a file")
+    code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "demo" in err and "not a folder" in err and "Traceback" not in err
+    assert fake.gets() == []
+
+
+def test_a_dangling_link_where_a_source_folder_goes_is_one_line(fake, tmp_path, capsys,
+                                                               monkeypatch):
+    root = tmp_path / "sources"
+    root.mkdir()
+    os.symlink(tmp_path / "nowhere", root / "demo")
+    code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert fake.gets() == []
+
+
+def test_a_source_folder_that_is_a_link_to_a_folder_is_fetched_into(fake, tmp_path, capsys,
+                                                                    monkeypatch):
+    """The user's own choice (sources on another disk): followed, as documented."""
+    fake.routes[DEMO_PATH] = serve(BODY)
+    elsewhere = tmp_path / "big-disk"
+    elsewhere.mkdir()
+    root = tmp_path / "sources"
+    root.mkdir()
+    os.symlink(elsewhere, root / "demo")
+    code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 0, err
+    assert (elsewhere / "f.bin").read_bytes() == BODY
+
+
+def test_a_file_in_the_way_of_a_folder_fails_that_file_in_one_line(fake, tmp_path):
+    (tmp_path / "simplified").write_text("not a folder")
+    spec = FileSpec(url=fake.url("/f"), path="simplified/cat.ndjson", **pins(BODY))
+    outcome = fetch_one(tmp_path, spec)
+    assert outcome.status == "failed" and one_line(outcome.message)
+    assert "a file is in the way" in outcome.message and fake.gets() == []
+
+
+def test_fetchs_folder_linked_out_of_the_source_folder_is_never_written_through(fake, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = tmp_path / "src"
+    folder.mkdir()
+    os.symlink(outside, folder / STATE_DIR)
+    fake.routes["/f"] = serve(BODY)
+    outcome = fetch_one(folder, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
+    assert outcome.status == "failed" and "resolves outside" in outcome.message
+    assert list(outside.iterdir()) == [] and fake.gets() == []
+
+
+def run_with_deadline(function, seconds: float, unblock):
+    """function() in a thread; when it is still running after `seconds`, `unblock()` frees it
+    and the test fails (a hang)."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("value", function()),
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        unblock()
+        thread.join(10)
+        pytest.fail(f"still running after {seconds} s (a hang)")
+    return result["value"]
+
+
+def open_fifo_once(path):
+    """Open a FIFO for reading and writing, which frees a writer (or reader) blocked on it."""
+    def unblock():
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        os.close(fd)
+    return unblock
+
+
+def test_a_fifo_where_the_partial_file_goes_is_one_line_not_a_hang(fake, tmp_path):
+    fake.routes["/f"] = serve(BODY)
+    final, partial = final_and_partial(tmp_path, "f")
+    os.makedirs(os.path.dirname(partial))
+    os.mkfifo(partial)
+    outcome = run_with_deadline(
+        lambda: fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY))),
+        20, open_fifo_once(partial))
+    assert outcome.status == "failed" and one_line(outcome.message)
+    assert "named pipe" in outcome.message and not os.path.exists(final)
+    assert stat.S_ISFIFO(os.lstat(partial).st_mode)  # named, not removed
+
+
+def test_a_link_where_the_partial_file_goes_is_not_followed(fake, tmp_path):
+    fake.routes["/f"] = serve(BODY)
+    target = tmp_path / "elsewhere.bin"
+    target.write_bytes(b"mine")
+    _, partial = final_and_partial(tmp_path / "src", "f")
+    os.makedirs(os.path.dirname(partial))
+    os.symlink(target, partial)
+    outcome = fetch_one(tmp_path / "src", FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
+    assert outcome.status == "failed" and "symbolic link" in outcome.message
+    assert target.read_bytes() == b"mine"
+
+
+@pytest.mark.parametrize("make", ["fifo", "nested", "huge", "list"])
+def test_a_damaged_state_file_is_ignored_and_everything_verified_from_its_bytes(
+        fake, tmp_path, make):
+    fake.routes["/f"] = serve(BODY)
+    state = tmp_path / STATE_DIR / "state.json"
+    state.parent.mkdir()
+    if make == "fifo":
+        os.mkfifo(state)
+    elif make == "nested":
+        state.write_text("[" * 100_000 + "]" * 100_000)
+    elif make == "huge":
+        with open(state, "wb") as handle:
+            handle.truncate(download.STATE_LIMIT + 1)  # sparse
+    else:
+        state.write_text("[1, 2]")
+    outcome = run_with_deadline(
+        lambda: fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY))),
+        20, open_fifo_once(state) if make == "fifo" else lambda: None)
+    assert outcome.status == "fetched", outcome.message
+    assert json.loads(state.read_text())["files"]["f"]["size"] == len(BODY)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "socket"])
+def test_a_destination_that_is_not_a_regular_file_is_named_and_kept(fake, tmp_path, kind):
+    fake.routes["/f"] = serve(BODY)
+    dest = tmp_path / "f"
+    if kind == "fifo":
+        os.mkfifo(dest)
+    elif kind == "folder":
+        dest.mkdir()
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(dest))
+        sock.close()
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
+    assert outcome.status == "failed" and one_line(outcome.message)
+    assert "not replaced" in outcome.message and fake.gets() == []
+
+
+def test_a_second_fetch_into_the_same_folder_is_refused_at_once(fake, tmp_path, capsys,
+                                                               monkeypatch):
+    import fcntl
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    lock = root / "demo" / STATE_DIR / "fetch.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(json.dumps({"pid": 12345, "host": "elsewhere"}))
+        held.flush()
+        code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 3 and len(error_lines(err)) == 1, err
+    assert "another fetch" in err and "pid 12345" in err
+    assert fake.gets() == [] and not (root / "demo" / "f.bin").exists()
+    # released: the next fetch runs
+    code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 0, err
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 256 kB tmpfs when this machine lets us mount one, else None."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_a_full_disk_is_one_line_and_nothing_partial_under_a_final_name(
+        fake, tmp_path, small_filesystem, monkeypatch, disk):
+    big = os.urandom(600 << 10)
+    fake.routes["/f"] = serve(big)
+    if disk == "tmpfs":
+        if small_filesystem is None:
+            pytest.skip("mounting a tmpfs is not allowed here (the injected case runs)")
+        folder = small_filesystem / "src"
+    else:
+        folder = tmp_path / "src"
+        real_open = download._open_regular
+
+        class Full(io.RawIOBase):
+            def __init__(self, handle):
+                self.handle = handle
+            def write(self, block):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            def __enter__(self):
+                return self
+            def __exit__(self, *exc):
+                self.handle.close()
+
+        def no_space(path, flags, mode=0o644):
+            handle = real_open(path, flags, mode)
+            return Full(handle) if flags & os.O_WRONLY else handle
+        monkeypatch.setattr(download, "_open_regular", no_space)
+    outcome = fetch_one(folder, FileSpec(url=fake.url("/f"), path="f", **pins(big)))
+    assert outcome.status == "failed" and one_line(outcome.message)
+    assert "No space left on device (errno 28)" in outcome.message
+    assert not (folder / "f").exists()
+    leftovers = [p for p in folder.rglob("*") if p.is_file() and ".tmp-" in p.name]
+    assert leftovers == []
+
+
+# ---- signals -------------------------------------------------------------------------------
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from proactivebench_builder.pipeline.commands import fetch
+    from proactivebench_builder.pipeline.fetch_plan import plan
+    source_plan = plan(json.loads(sys.argv[1]))
+    fetch.load_plans = lambda names=None: {"demo": source_plan}
+    sys.exit(fetch.main(sys.argv[2:]))
+""")
+
+
+def stalling(total: int, first: int):
+    """A route sending `first` bytes of a `total`-byte body, then nothing (the connection
+    stays open): a reader blocks until its silence timeout."""
+    def route(h):
+        h.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode())
+        h.wfile.write(b"s" * first)
+        h.wfile.flush()
+        time.sleep(120)
+    return route
+
+
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
+                                                   (signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGKILL, -9, None)])
+def test_a_signal_during_downloads_stops_at_once_and_leaves_nothing_partial_under_a_final_name(
+        fake, tmp_path, signum, status, word):
+    """Two files downloading on worker threads, each blocked in a read of a silent server
+    (a 60 s silence timeout): the signal ends the command within seconds, in one line; the
+    bytes received stay in the partial files, and a rerun resumes them."""
+    total = 1 << 20
+    data = b"s" * total
+    files = [{"url": f"https://example.org/data/{n}", "path": n, **pins(data),
+              "pins_from": "https://example.org/sums"} for n in ("a.bin", "b.bin")]
+    for n in ("a.bin", "b.bin"):
+        fake.routes[f"/example.org/data/{n}"] = stalling(total, 40_000)
+    manifest = {"name": "demo", "source_subdir": "demo", "downloads": {"files": files}}
+    root = tmp_path / "sources"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(manifest), f"--sources_root={root}",
+         f"--mirror={fake.url('')}", "--no_progress", "--jobs=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    partials = [root / "demo" / STATE_DIR / "partial" / f"{n}.part" for n in ("a.bin", "b.bin")]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.stat().st_size >= 40_000 for p in partials):
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.1)
+    sent = time.monotonic()
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert child.returncode == status, err
+    if word is not None:
+        assert error_lines(err) == [f"run_pipeline.py fetch: {word}"], err
+    assert not (root / "demo" / "a.bin").exists() and not (root / "demo" / "b.bin").exists()
+    assert all(p.stat().st_size == 40_000 for p in partials)
+    # the next run asks each for the rest
+    def ranged(h):
+        start = int(h.headers["Range"][len("bytes="):-1])
+        raw(h, 206, {"Content-Length": str(total - start),
+                     "Content-Range": f"bytes {start}-{total - 1}/{total}"}, data[start:])
+    for n in ("a.bin", "b.bin"):
+        fake.routes[f"/example.org/data/{n}"] = ranged
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(manifest), f"--sources_root={root}",
+         f"--mirror={fake.url('')}", "--no_progress", "--jobs=2"],
+        capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (root / "demo" / "a.bin").read_bytes() == data
+    assert "resumed at byte 40000" in done.stdout
+
+
+# ---- the manifests' downloads sections --------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"url": "https://[::1/x"}, "not an http(s) URL"),
+    ({"path": "a\nb"}, "not a plain relative path"),
+])
+def test_malformed_download_entries_are_a_plan_error(change, message):
+    entry = {"url": "https://example.org/x", "path": "x", "record_only": "because, a test",
+             **change}
+    with pytest.raises(PlanError) as caught:
+        plan({"name": "demo", "source_subdir": "demo", "downloads": {"files": [entry]}})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("subdir", ["../elsewhere", "/etc", "", "a/../../b"])
+def test_a_source_subdir_outside_the_sources_root_is_a_plan_error(subdir):
+    with pytest.raises(PlanError, match="source_subdir"):
+        plan({"name": "demo", "source_subdir": subdir, "downloads": {"files": [
+            {"url": "https://example.org/x", "path": "x", "record_only": "a test, really"}]}})
+
+
+@pytest.mark.parametrize("line", ["{a.b}", "{a[0]}", "{a!z}", "{a:{b}}"])
+def test_a_manual_list_line_that_cannot_be_formatted_is_a_plan_error(line):
+    section = {"manual": "do it by hand", "record_only": "nobody publishes sums",
+               "manual_list": {"glob": "*", "regex": "(?P<a>.*)", "line": line, "write": "l.txt"}}
+    with pytest.raises(PlanError, match="manual_list"):
+        plan({"name": "demo", "source_subdir": "demo", "downloads": section})
+
+
+def test_two_downloads_where_one_is_inside_the_other_are_a_plan_error():
+    files = [{"url": "https://example.org/x", "path": p, "record_only": "a test, really"}
+             for p in ("a", "a/b")]
+    with pytest.raises(PlanError, match="both a file and a folder"):
+        plan({"name": "demo", "source_subdir": "demo", "downloads": {"files": files}})
+
+
+def test_a_plugins_manifest_with_a_bad_downloads_section_is_one_line(tmp_path):
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    for name in ("focus_scenario.py", "focus.yaml"):
+        src = os.path.join(REPO, "tests", "extra_scenario", name)
+        with open(src, encoding="utf-8") as handle:
+            text = handle.read()
+        if name == "focus.yaml":
+            text += "downloads:\n  files:\n    - {url: 'https://[::1/x', path: x, record_only: why}\n"
+        (plugin / name).write_text(text, encoding="utf-8")
+    env = {**os.environ, "PROACTIVEBENCH_SCENARIO_PATH": str(plugin)}
+    done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"), "fetch",
+                           f"--sources_root={tmp_path / 'sources'}", "--dry_run"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert error_lines(done.stderr) == [
+        "run_pipeline.py fetch: error: manifest focus.yaml: downloads.files[0]: url "
+        "'https://[::1/x' is not an http(s) URL"], done.stderr

@@ -269,7 +269,7 @@ def _hash_file(path: str, want_md5: bool, stopping: threading.Event | None = Non
     return _Digests(size, sha.hexdigest(), md5.hexdigest() if md5 else None)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     """What a file that is not a regular file is, in words."""
     if stat.S_ISLNK(mode):
         return "a symbolic link"
@@ -293,7 +293,7 @@ def _open_regular(path: str, flags: int, mode: int = 0o644):
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FetchError(f"{path} is {_kind(st.st_mode)}, not a file of fetch; remove it")
+        raise FetchError(f"{path} is {file_kind(st.st_mode)}, not a file of fetch; remove it")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb" if (flags & os.O_ACCMODE) == os.O_RDONLY else
                      ("ab" if flags & os.O_APPEND else "wb"))
@@ -674,7 +674,7 @@ class Downloader:
         again, after moving a possibly-truncated copy to the partial path to resume from."""
         st = os.stat(dest, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
-            raise FetchError(f"{spec.path} exists and is {_kind(st.st_mode)}; not replaced")
+            raise FetchError(f"{spec.path} exists and is {file_kind(st.st_mode)}; not replaced")
         record = state.get("files", spec.path)
         if (record and not self.rehash and record.get("size") == st.st_size
                 and record.get("mtime_ns") == st.st_mtime_ns
@@ -737,7 +737,7 @@ class Downloader:
         removed."""
         st = os.lstat(part)
         if not stat.S_ISREG(st.st_mode):
-            raise FetchError(f"{part} is {_kind(st.st_mode)}, not a partial download of "
+            raise FetchError(f"{part} is {file_kind(st.st_mode)}, not a partial download of "
                              f"fetch; remove it")
         os.remove(part)
 
@@ -756,7 +756,7 @@ class Downloader:
         if os.path.lexists(part):
             st = os.lstat(part)
             if not stat.S_ISREG(st.st_mode):  # a link is not followed, a FIFO never opened
-                raise FetchError(f"{spec.path}: {part} is {_kind(st.st_mode)}, not a partial "
+                raise FetchError(f"{spec.path}: {part} is {file_kind(st.st_mode)}, not a partial "
                                  f"download of fetch; remove it")
             offset = st.st_size
         headers = {"Range": f"bytes={offset}-"} if offset else {}

@@ -275,18 +275,29 @@ class _Writer:
         self.handle.write(line)
 
     def __exit__(self, kind, value, tb):
-        self.handle.close()
         keep = self.keep and kind is None
-        if self.fs is not None:
-            self.fs.mv(self.tmp_path, self.target_path) if keep else self.fs.rm(self.tmp_path)
-        elif keep:
-            os.replace(self.tmp_path, self.target_path)
-        else:
-            try:
-                os.remove(self.tmp_path)
-            except OSError:
-                pass
+        try:
+            self.handle.close()  # a full disk may say so only now
+            if keep:
+                if self.fs is not None:
+                    self.fs.mv(self.tmp_path, self.target_path)
+                else:
+                    os.replace(self.tmp_path, self.target_path)
+                return False
+        except BaseException:
+            self._remove_tmp()
+            raise
+        self._remove_tmp()
         return False
+
+    def _remove_tmp(self) -> None:
+        try:
+            if self.fs is not None:
+                self.fs.rm(self.tmp_path)
+            else:
+                os.remove(self.tmp_path)
+        except (OSError, FileNotFoundError):
+            pass
 
 
 # ---- comparing -----------------------------------------------------------------------------

@@ -83,7 +83,12 @@ def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
         manifest = manifests[name] if manifests and name in manifests else _packaged(name)
         found = verify_source(name, sources[name], manifest, compare_lock=False)
         if not found:
-            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+            try:
+                lines, files, size = source_lock.record(sources[name], name,
+                                                        pins_by_path(manifest))
+            except OSError as err:  # a full disk, a read-only folder, a folder in its place
+                lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
+                         f"{err.strerror or err} (errno {err.errno})"]
             found = [f"{name}: {line}" for line in lines]
             if not found:
                 written.append(f"{name}: recorded {files} files ({size} bytes) in "

@@ -1297,3 +1297,27 @@ def test_a_thousand_nested_folders_are_walked_without_recursion(tmp_path):
         assert compare(str(folder)) == []
     finally:
         shutil_rmtree_deep(folder)  # shutil.rmtree (pytest's cleanup) recurses
+
+
+def test_a_lock_that_cannot_be_written_is_one_problem(locked):
+    """A folder in the lock's place (or a full disk, a read-only folder): nothing is recorded,
+    the reason is one line."""
+    os.remove(lock_of(locked))
+    os.mkdir(lock_of(locked))
+    problems, written = record_sources({"demo": locked}, {"demo": NO_PINS})
+    assert written == [] and len(problems) == 1 and one_line(problems[0]), problems
+    assert "cannot write the lock file" in problems[0]
+    assert [n for n in os.listdir(locked) if ".tmp-" in n] == []
+
+
+def test_a_full_disk_while_recording_is_one_problem(small_filesystem):
+    if small_filesystem is None:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    folder = small_filesystem / "src"
+    folder.mkdir()
+    for k in range(2000):  # empty files, long names: the lock outgrows the 256 kB disk
+        (folder / f"{k:05d}-{'n' * 200}").write_bytes(b"")
+    problems, written = record_sources({"demo": str(folder)}, {"demo": NO_PINS})
+    assert written == [] and len(problems) == 1 and one_line(problems[0]), problems
+    assert "No space left on device" in problems[0]
+    assert [n for n in os.listdir(folder) if n.startswith(source_lock.LOCK_NAME)] == []

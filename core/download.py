@@ -716,7 +716,7 @@ class Downloader:
             try:
                 response = self.session().head(self.url(spec), allow_redirects=True,
                                                timeout=self.timeout)
-            except requests.RequestException:
+            except (requests.RequestException, ValueError):  # ValueError: see _download
                 response = None
         if self.stopping.is_set():
             raise _Interrupted(f"{spec.path}: stopped while asking the server")
@@ -759,6 +759,9 @@ class Downloader:
                 raise FetchError(f"{spec.path}: {part} is {file_kind(st.st_mode)}, not a partial "
                                  f"download of fetch; remove it")
             offset = st.st_size
+            if offset > (spec.size if spec.size is not None else spec.max_bytes):
+                os.remove(part)  # longer than the file can be: not a prefix of it
+                offset = 0
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         url = self.url(spec)
         with self._guarded() as guard:
@@ -782,6 +785,9 @@ class Downloader:
                     raise guard.failure(spec.path, offset) from None
                 raise _Transient(f"{spec.path}: cannot connect ({_short(err)}; {url})") \
                     from None
+            except ValueError as err:  # requests decodes a Location header as UTF-8, strictly
+                raise FetchError(f"{spec.path}: the server's answer cannot be followed "
+                                 f"({type(err).__name__}: {_short(err)}; {url})") from None
             with response:
                 return self._answer(spec, part, response, offset, url, guard)
 

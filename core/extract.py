@@ -110,10 +110,11 @@ def extract(archive: str, target: str, *, strip_components: int = 0,
 
 
 # What the standard library's readers raise on bytes they cannot parse (tarfile and zipfile
-# let ValueError, struct.error, zlib.error, UnicodeDecodeError (a ValueError) and
-# RecursionError through from their headers): the archive is corrupt, the message one line.
+# let ValueError, struct.error, zlib.error, UnicodeDecodeError (a ValueError), RecursionError
+# and NotImplementedError (a zip "version 6.4") through from their headers): the archive is
+# corrupt, the message one line.
 _CORRUPT = (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
-            OverflowError, struct.error, zlib.error, RecursionError)
+            OverflowError, struct.error, zlib.error, RecursionError, NotImplementedError)
 
 
 def _reason(err: BaseException) -> str:

@@ -309,6 +309,35 @@ def test_a_redirect_to_a_file_url_is_one_line_and_reads_nothing(fake, tmp_path):
     assert not os.path.exists(tmp_path / "f")
 
 
+def test_a_redirect_to_a_location_that_is_not_utf8_is_one_line(fake, tmp_path):
+    """requests decodes Location as UTF-8, strictly (found by fuzzing)."""
+    def route(h):
+        h.wfile.write(b"HTTP/1.1 302 Found\r\nLocation: /\x80\r\nContent-Length: 0\r\n"
+                      b"Connection: close\r\n\r\n")
+    fake.routes["/f"] = route
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
+    assert outcome.status == "failed" and one_line(outcome.message), outcome.message
+    assert "cannot be followed" in outcome.message
+
+
+def test_a_partial_file_longer_than_the_pin_is_not_resumed(fake, tmp_path):
+    final, partial = final_and_partial(tmp_path, "f")
+    os.makedirs(os.path.dirname(partial))
+    with open(partial, "wb") as handle:
+        handle.truncate(len(BODY) * 1000)
+    fake.routes["/f"] = serve(BODY)
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
+    assert outcome.status == "fetched" and open(final, "rb").read() == BODY
+    assert "Range" not in fake.gets("/f")[0]
+
+
+def test_a_zip_of_an_unknown_version_is_one_line(tmp_path):
+    data = bytearray(zip_bytes([("x", b"1")]))
+    at = data.index(b"PK\x01\x02") + 6
+    data[at] = 64  # "needs version 6.4 to extract": zipfile raises NotImplementedError
+    refused(tmp_path, "a.zip", bytes(data), "corrupt archive")
+
+
 def test_redirects_from_https_down_to_http_are_refused():
     """Checked on the history of a response: https://a -> http://b is a downgrade."""
     class R:

@@ -660,6 +660,11 @@ class Downloader:
             return
 
     def _matches_pins(self, spec: FileSpec, record: dict) -> bool:
+        """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
+        no digest is pinned, its URL is the one fetched (a record-only file's identity: a
+        manifest naming another commit's archive names another file)."""
+        if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+            return False
         return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
                    if getattr(spec, k) is not None)
 
@@ -681,6 +686,9 @@ class Downloader:
                 and self._matches_pins(spec, record)
                 and (spec.md5 is None or record.get("md5"))):
             return None
+        if record and not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+            self._remove(dest)  # fetched from another URL: another file, whatever its size
+            return "fetched from another URL before: fetching again"
         if spec.size is not None and st.st_size != spec.size:
             reason = f"size {st.st_size} bytes, the manifest pins {spec.size}"
             if st.st_size < spec.size:
@@ -945,7 +953,7 @@ class Downloader:
                                          limits=spec.extract.limits,
                                          protected=self._protected(folder, spec),
                                          should_stop=self.stopping.is_set)
-        done = {"into": spec.extract.into, "files": files, "bytes": size,
+        done = {"into": spec.extract.into, "files": files, "bytes": size, "url": spec.url,
                 "size": record.get("size") if record else os.path.getsize(dest),
                 "sha256": record.get("sha256") if record else None,
                 "md5": record.get("md5") if record else None}

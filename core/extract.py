@@ -385,6 +385,7 @@ def _check_directory(archive: str, limits: Limits) -> None:
 
 def _extract_zip(archive: str, writer: _Writer) -> None:
     _check_directory(archive, writer.limits)
+    size = os.path.getsize(archive)
     with zipfile.ZipFile(archive) as zf:
         infos = zf.infolist()
         names = set()
@@ -396,6 +397,10 @@ def _extract_zip(archive: str, writer: _Writer) -> None:
                                     f"folders are extracted)")
             if info.flag_bits & 0x1:
                 raise UnsafeArchive(f"member {info.filename!r}: encrypted")
+            if not 0 <= info.header_offset < size or info.compress_size > size:
+                # zipfile would seek to a negative offset (an OSError, not BadZipFile)
+                raise UnsafeArchive(f"member {info.filename!r}: its data lies outside the "
+                                    f"archive (corrupt)")
             if kind == "file" and info.compress_type not in _ZIP_METHODS:
                 raise UnsafeArchive(f"member {info.filename!r}: compression method "
                                     f"{info.compress_type} (only stored and deflate are read)")

@@ -1350,3 +1350,38 @@ def test_a_full_disk_while_recording_is_one_problem(small_filesystem):
     assert written == [] and len(problems) == 1 and one_line(problems[0]), problems
     assert "No space left on device" in problems[0]
     assert [n for n in os.listdir(folder) if n.startswith(source_lock.LOCK_NAME)] == []
+
+
+def test_a_locked_file_replaced_by_a_fifo_is_named_never_opened(locked):
+    os.remove(os.path.join(locked, "b.jpg"))
+    os.mkfifo(os.path.join(locked, "b.jpg"))
+    problems = run_with_deadline(lambda: compare(locked), 20,
+                                 open_fifo_once(os.path.join(locked, "b.jpg")))
+    assert_one_lock_problem(problems, "b.jpg was a file, is now not a regular file")
+
+
+# ---- of another identity ---------------------------------------------------------------------
+
+
+def test_a_file_in_place_from_another_url_is_not_trusted_by_its_record(fake, tmp_path):
+    """An unpinned file (record-only) whose manifest now names another URL (e.g. ChangeIt's
+    archive at another commit) is fetched again, not trusted for its size and time."""
+    fake.routes["/v1"] = serve(b"version one")  # the same size: the server's size (all that
+    fake.routes["/v2"] = serve(b"version two")  # checks an unpinned file) cannot tell them
+    assert fetch_one(tmp_path, FileSpec(url=fake.url("/v1"), path="f")).status == "fetched"
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/v2"), path="f"))
+    assert outcome.status == "fetched", outcome
+    assert (tmp_path / "f").read_bytes() == b"version two"
+
+
+def test_an_extraction_remembered_for_another_url_is_not_trusted(fake, tmp_path):
+    def archive(text: bytes) -> bytes:
+        return tar_bytes(info("content.txt", text))
+    fake.routes["/v1.tar"] = serve(archive(b"one"))
+    fake.routes["/v2.tar"] = serve(archive(b"two"))
+    for version, text in (("v1", b"one"), ("v2", b"two")):
+        spec = FileSpec(url=fake.url(f"/{version}.tar"), path="a.tar",
+                        extract=download.ExtractSpec())
+        outcome = Downloader(retries=0, remove_archives=True).fetch(str(tmp_path), spec)
+        assert outcome.status == "fetched", outcome
+        assert (tmp_path / "content.txt").read_bytes() == text

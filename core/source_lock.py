@@ -44,6 +44,8 @@ import re
 import stat
 from dataclasses import dataclass
 
+import fsspec
+
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.download import STATE_DIR, file_kind
 
@@ -140,7 +142,6 @@ def _walk_local(root: str):
 
 
 def _walk_remote(root: str):
-    import fsspec
 
     fs, base = fsspec.core.url_to_fs(root)
 
@@ -167,7 +168,6 @@ def _hashes(root: str, entry: Entry, want_md5: bool = False) -> tuple[str, str |
     sha, md5 = hashlib.sha256(), hashlib.md5() if want_md5 else None
     size = 0
     if _is_remote(root):
-        import fsspec
 
         fs, _ = fsspec.core.url_to_fs(root)
         handle = fs.open(entry.location, "rb")
@@ -261,7 +261,6 @@ class _Writer:
 
     def __enter__(self):
         if _is_remote(self.root):
-            import fsspec
 
             self.fs, self.tmp_path = fsspec.core.url_to_fs(self.tmp)
             _, self.target_path = fsspec.core.url_to_fs(self.target)
@@ -305,7 +304,6 @@ class _Writer:
 
 def exists(root: str) -> bool:
     if _is_remote(root):
-        import fsspec
 
         fs, path = fsspec.core.url_to_fs(lock_path(root))
         return fs.isfile(path)
@@ -373,7 +371,6 @@ def _compare_one(root: str, locked: dict, entry: Entry) -> str | None:
 
 def _open_lock(root: str):
     if _is_remote(root):
-        import fsspec
 
         fs, path = fsspec.core.url_to_fs(lock_path(root))
         return fs.open(path, "rb")

@@ -296,7 +296,7 @@ class FolderLocks:
         return self
 
     def _take(self, folder: str) -> int:
-        import fcntl
+        import fcntl  # POSIX only: imported where a local lock is taken
 
         path = os.path.join(folder, STATE_DIR, LOCK_FILE)
         os.makedirs(os.path.dirname(path), exist_ok=True)

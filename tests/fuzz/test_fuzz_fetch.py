@@ -12,7 +12,7 @@
   value is a plan or a PlanError.
 
 The suite runs a short budget (PB_FUZZ_EXAMPLES, default 60 per target, derandomized); a longer
-run is `PB_FUZZ_EXAMPLES=20000 PB_FUZZ_RANDOM=1 python -m pytest tests/fuzz/test_fuzz_fetch.py`.
+run is `PB_FUZZ_EXAMPLES=20000 python -m pytest tests/fuzz/test_fuzz_fetch.py` (fuzz_budget.py).
 Every crash found is kept below as an explicit @example."""
 from __future__ import annotations
 
@@ -29,16 +29,15 @@ import tracemalloc
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
+from fuzz_budget import EXAMPLES, FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from proactivebench_builder.core import download, extract as extraction, source_lock
 from proactivebench_builder.core.download import Downloader, FileSpec
 from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
 
-FUZZ = settings(max_examples=int(os.environ.get("PB_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize=os.environ.get("PB_FUZZ_RANDOM") != "1",
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 MEMORY_LIMIT = 64 << 20  # bytes a single example may allocate at its peak
 
 
@@ -283,7 +282,7 @@ bodies = st.one_of(st.just(BODY), st.builds(lambda n: BODY[:n], st.integers(0, l
                    st.binary(max_size=64), st.builds(lambda b: gzip.compress(b), st.just(BODY)))
 
 
-@settings(FUZZ, max_examples=max(10, int(os.environ.get("PB_FUZZ_EXAMPLES", "60")) // 3))
+@settings(FUZZ, max_examples=max(10, EXAMPLES // 3))
 @given(status=statuses, headers=st.lists(st.tuples(header_names, header_text), max_size=5),
        body=bodies, partial=st.one_of(st.none(), st.integers(1, len(BODY) + 10)))
 @example(status=301, headers=[("Location", "\x80")], body=b"", partial=None)  # requests'

@@ -378,3 +378,43 @@ def test_fetch_downloads_through_the_proxy_the_environment_names(monkeypatch, tm
         assert any(path == "http://files.invalid/f.bin" for _, path, _ in proxy.requests)
     finally:
         proxy.close()
+
+
+# ---- the output folder's lock on a non-local output (a marker file) ---------------------------
+
+@pytest.mark.parametrize("content", [
+    json.dumps({"pid": 1, "host": "another-host", "command": "build", "started": "t"}).encode(),
+    b"[1]", b"\xff" * 10, b"x" * 100000,
+], ids=["another-host", "a-list", "not-utf8", "huge"])
+def test_a_marker_left_on_a_remote_output_is_refused_naming_how_to_remove_it(content):
+    """gs://, s3://: no lock primitive, a marker file. One held by a build elsewhere (or one
+    that names no holder at all) is refused in one line saying how to remove it."""
+    import uuid
+
+    from proactivebench_builder.core import fileio
+    from proactivebench_builder.core.errors import FolderLocked
+    from proactivebench_builder.pipeline.folder_lock import BuildLock
+
+    output = f"memory://inputs-gaps-{uuid.uuid4().hex}/out"
+    fileio.write_bytes_atomic(f"{output}/.build.lock", content)
+    with pytest.raises(FolderLocked, match=r"remove memory://.*\.build\.lock and build again"):
+        with BuildLock(output):
+            pass
+    assert fileio.read_bytes(f"{output}/.build.lock") == content
+
+
+def test_a_marker_of_a_dead_build_on_this_host_is_taken_over_and_removed():
+    import socket as socket_
+    import uuid
+
+    from proactivebench_builder.core import fileio
+    from proactivebench_builder.pipeline.folder_lock import BuildLock
+
+    output = f"memory://inputs-gaps-{uuid.uuid4().hex}/out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    fileio.write_bytes_atomic(f"{output}/.build.lock", json.dumps(
+        {"pid": int(dead.stdout), "host": socket_.gethostname()}).encode())
+    with BuildLock(output):
+        assert json.loads(fileio.read_bytes(f"{output}/.build.lock"))["pid"] == os.getpid()
+    assert not fileio.exists(f"{output}/.build.lock")

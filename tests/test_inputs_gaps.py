@@ -49,12 +49,18 @@ def dead_letter_reasons(output: str) -> dict[str, str]:
 
 
 def make_socket(path: str) -> None:
-    """A UNIX socket file (it stays on disk once the socket is closed)."""
+    """A UNIX socket file (it stays on disk once the socket is closed; bound under a short
+    name, AF_UNIX paths being limited to ~100 bytes, then moved into place)."""
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="sock", dir="/tmp")
     sock = socket.socket(socket.AF_UNIX)
     try:
-        sock.bind(path)
+        sock.bind(os.path.join(short, "s"))
     finally:
         sock.close()
+    os.rename(os.path.join(short, "s"), path)
+    os.rmdir(short)
 
 
 def make_link_loop(path: str) -> None:
@@ -70,8 +76,9 @@ def replace(path: str, make) -> None:
 
 
 def balanced(report: dict) -> bool:
-    return all(s["raw_items"] == s["samples"] + s["dead_letters"] + s.get("excluded", 0)
-               for s in report["scenarios"].values())
+    """raw items = samples + dead letters + exclusions, per scenario (build.json's check)."""
+    return all(s["accounted"] and s["raw_items"] == s["samples"] + s["dead_letters"]
+               + sum(s.get("excluded", {}).values()) for s in report["scenarios"].values())
 
 
 # ---- A. raw sources: what is not a regular file -----------------------------------------------
@@ -103,18 +110,37 @@ def test_a_socket_a_link_loop_or_a_folder_in_place_of_a_source_file_is_a_dead_le
         assert any(path.startswith(inside) for path in reasons), (relative, reasons)
 
 
-def test_a_fifo_in_place_of_a_video_is_a_dead_letter(tmp_path, miniature_root):
-    """OpenCV (FFmpeg) would block on a FIFO for ever: the video is refused before it is
-    opened, a dead letter naming it."""
+@pytest.fixture(scope="module")
+def video_fifo_build(tmp_path_factory, miniature_root):
+    """A ChangeIt build whose one .webm video is a FIFO."""
+    tmp_path = tmp_path_factory.mktemp("video_fifo")
     sources = copy_sources(miniature_root, tmp_path, "changeit")
     video = os.path.join(sources, "changeit", "downloads", "beer", "Zx9-cVb7nM1.webm")
     replace(video, os.mkfifo)
-    result, output = build(tmp_path, sources, "changeit")
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return build(tmp_path, sources, "changeit")
+
+
+def test_a_fifo_in_place_of_a_video_is_a_dead_letter_never_decoded(video_fifo_build):
+    """OpenCV (FFmpeg) would block on a FIFO for ever: the video is refused before it is
+    opened for reading, a dead letter naming it; the build goes on and balances."""
+    result, output = video_fifo_build
+    assert result.returncode == 0, result.stderr[-3000:]
     reasons = dead_letter_reasons(output)
     assert any("Zx9-cVb7nM1" in path and "named pipe" in reason
                for path, reason in reasons.items()), reasons
     assert balanced(read_json(os.path.join(output, "reports", "build.json")))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ChangeIt's _check_video lets fileio.NotARegularFile (an OSError) escape build_sample: the "
+    "dead letter reads 'unexpected error: NotARegularFile: ... <absolute path>' and the "
+    "worker logs a Python traceback to stderr (pipeline/reading.py:184), where a FIFO in place "
+    "of an image is the plain reason 'not a regular file: a named pipe (FIFO)'"))
+def test_a_fifo_in_place_of_a_video_is_an_ordinary_dead_letter(video_fifo_build):
+    result, output = video_fifo_build
+    assert "Traceback" not in result.stderr
+    reasons = [r for p, r in dead_letter_reasons(output).items() if "Zx9-cVb7nM1" in p]
+    assert reasons and all(not r.startswith("unexpected error") for r in reasons), reasons
 
 
 def test_a_class_folder_linked_to_its_parent_is_read_once(tmp_path, miniature_root):

@@ -444,3 +444,27 @@ def test_a_marker_of_a_dead_build_on_this_host_is_taken_over_and_removed():
     with BuildLock(output):
         assert json.loads(fileio.read_bytes(f"{output}/.build.lock"))["pid"] == os.getpid()
     assert not fileio.exists(f"{output}/.build.lock")
+
+
+# ---- --import_upstream: a line longer than the cap ----------------------------------------------
+
+def test_an_overlong_upstream_line_is_skipped_unread_and_named():
+    """A line over MAX_LINE_BYTES is yielded as None (its rest skipped a block at a time, never
+    held), becomes a BadRecord naming the cap, and the next line is read as usual."""
+    import io
+
+    from proactivebench_builder.pipeline.import_upstream import (
+        BadRecord, numbered_lines, parse_record)
+
+    data = b'{"a": 1}\n' + b"x" * (5 << 20) + b'\n{"b": 2}\n'
+    tracemalloc.start()
+    try:
+        lines = list(numbered_lines(io.BytesIO(data), limit=1 << 20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [number for number, _ in lines] == [1, 2, 3]
+    assert lines[1][1] is None and lines[2][1] == b'{"b": 2}\n'
+    assert peak < 4 << 20
+    with pytest.raises(BadRecord, match="a line longer than 16 MiB"):
+        parse_record(None)

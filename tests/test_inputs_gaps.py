@@ -544,19 +544,29 @@ def _damage_lines(path: str) -> None:
         handle.write(b"not json\n" + b"[" * 100000 + b"\n\xff\xfe\n")
 
 
+def _damage_filter_report(path: str) -> None:
+    with open(os.path.join(os.path.dirname(path), "filter.json"), "wb") as handle:
+        handle.write(b"[1]")
+
+
 @pytest.mark.parametrize("damage", [
     _damage_fifo,
+    pytest.param(_damage_filter_report, marks=pytest.mark.xfail(strict=True, reason=(
+        "pipeline/partial_rebuild.py::plan_update reads the previous reports/filter.json with "
+        "bare json.loads and calls .get on it (_setting_mismatches, line 136): a filter.json "
+        "holding a JSON list is an AttributeError traceback in the driver, before any work"))),
     pytest.param(_damage_lines, marks=pytest.mark.xfail(strict=True, reason=(
         "pipeline/partial_rebuild.py::merge_reports reads the previous dead_letters.jsonl with "
         "bare decode/json.loads in the terminal step: a line that is not UTF-8 (or not JSON, or "
         "nested too deeply) fails the update with a UnicodeDecodeError/JSONDecodeError/"
         "RecursionError traceback from BuildBenchmark/WriteReports"))),
-], ids=["fifo", "lines"])
-def test_an_update_over_damaged_dead_letters_is_one_line_or_rebuilt(
+], ids=["fifo", "filter-json", "lines"])
+def test_an_update_over_damaged_previous_reports_is_one_line_or_rebuilt(
         two_scenario_build, tmp_path, damage):
-    """An update (rebuilding QuickDraw only) merges the folder's previous dead_letters.jsonl,
-    which build.json does not cover: a FIFO or lines that are not JSON there end the update in
-    one line (or are left out), never a hang or a traceback."""
+    """An update (rebuilding QuickDraw only) reads the folder's previous filter.json and merges
+    its dead_letters.jsonl, which build.json's digests do not cover: a FIFO, a report of another
+    shape or lines that are not JSON end the update in one line (or are left out), never a hang
+    or a traceback."""
     sources, full = two_scenario_build
     output = str(tmp_path / "out")
     shutil.copytree(full, output)

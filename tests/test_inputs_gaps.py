@@ -583,3 +583,58 @@ def test_an_update_over_damaged_previous_reports_is_one_line_or_rebuilt(
     if result.returncode != 0:
         lines = [line for line in result.stderr.splitlines() if "FAILED" in line or "error" in line]
         assert lines and "dead_letters.jsonl" in lines[-1], result.stderr[-3000:]
+
+
+# ---- publish --to FOLDER: the record of what an earlier publish wrote -----------------------------
+
+def publish_to(folder: str, target: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, RUN_PIPELINE, "publish", folder, "--to", target],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def published(two_scenario_build, tmp_path_factory):
+    _, folder = two_scenario_build
+    target = str(tmp_path_factory.mktemp("published") / "target")
+    result = publish_to(folder, target)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder, target
+
+
+def _record_fifo(path: str) -> None:
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _record_bytes(data: bytes):
+    def write(path: str) -> None:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    return write
+
+
+@pytest.mark.parametrize("damage", [
+    _record_fifo, _record_bytes(b"[1]"), _record_bytes(b"[" * 100000),
+    _record_bytes(b'{"files": ["../outside.txt", "/etc/hostname", 5]}'),
+    _record_bytes(b'{"files": ["../outside.txt", "/tmp/x"]}'),
+], ids=["fifo", "a-list", "nested", "not-paths", "paths-leading-out"])
+def test_a_damaged_publish_record_in_the_target_deletes_nothing_of_the_users(
+        published, tmp_path, damage):
+    """`.proactivebench-publish.json` in a folder target is read as untrusted: a FIFO, another
+    shape or paths leading out are a note (only files the card's globs match are then stale);
+    nothing outside the target and none of the user's own files is deleted."""
+    from proactivebench_builder.pipeline.publish import MANIFEST
+
+    folder, first = published
+    target = tmp_path / "target"
+    shutil.copytree(first, target)
+    (target / "mydata").mkdir()
+    (target / "mydata" / "precious.txt").write_text("mine")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the target's")
+    damage(str(target / MANIFEST))
+    result = publish_to(folder, str(target))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert outside.read_text() == "not the target's"
+    assert (target / "mydata" / "precious.txt").read_text() == "mine"
+    assert json.loads((target / MANIFEST).read_text())["files"]

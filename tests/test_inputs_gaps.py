@@ -681,3 +681,21 @@ def test_a_mirror_that_is_not_http_is_one_line_before_any_request(tmp_path, mirr
 def test_a_mirror_url_that_cannot_be_split_is_one_line(tmp_path):
     result = run_fetch(tmp_path, "--mirror", "http://[::1")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+# ---- --model / --judge openai:MODEL@BASE_URL ----------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    pytest.param("openai:m@http://[::1", marks=pytest.mark.xfail(strict=True, reason=(
+        "check_model_spec accepts it; endpoint_identity's urlsplit then raises ValueError "
+        "('Invalid IPv6 URL') in evaluate: a traceback, exit 1"))),
+    pytest.param("openai:m@file:///tmp/replies", marks=pytest.mark.xfail(strict=True, reason=(
+        "accepted: urllib's default opener serves file: (and ftp:) URLs, so every 'reply' is "
+        "the local file /tmp/replies/chat/completions, scored (exit 0)"))),
+    "openai:",
+], ids=["ipv6-unclosed", "file-url", "no-model"])
+def test_an_endpoint_that_is_not_an_http_url_is_refused_before_any_work(spec):
+    from proactivebench_builder.runtime.model_specs import ModelSpecError, check_model_spec
+
+    with pytest.raises(ModelSpecError):
+        check_model_spec(spec)

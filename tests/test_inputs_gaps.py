@@ -716,3 +716,18 @@ def test_an_output_the_launcher_cannot_read_back_is_one_line(tmp_path, miniature
          "--output=memory://inputs-gaps/out"],
         capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+# ---- publish --repo_id ----------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "publish --repo_id a/b/c (or ../x) --dry-run: huggingface_hub's HFValidationError escapes "
+    "pipeline/publish.py (head_commit -> call, line 474): a traceback, exit 1"))
+def test_a_repo_id_the_hub_cannot_name_is_one_line(two_scenario_build, tmp_path):
+    _, folder = two_scenario_build
+    result = subprocess.run(
+        [sys.executable, RUN_PIPELINE, "publish", folder, "--repo_id", "a/b/c", "--dry-run",
+         "--allow_stand_ins"],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

@@ -731,3 +731,37 @@ def test_a_repo_id_the_hub_cannot_name_is_one_line(two_scenario_build, tmp_path)
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+# ---- the card (README.md) of a build folder, linked from outside ----------------------------------
+
+@pytest.mark.parametrize("command", [
+    pytest.param(["validate"], marks=pytest.mark.xfail(strict=True, reason=(
+        "validate reads a README.md that is a link to a file outside the folder and says OK "
+        "(exit 0); publish refuses the same folder ('README.md: a symbolic link')"))),
+    pytest.param(["evaluate"], marks=pytest.mark.xfail(strict=True, reason=(
+        "evaluate --data reads a README.md that is a link to a file outside the folder and "
+        "plays the build (exit 0); publish refuses the same folder"))),
+    ["publish"],
+], ids=["validate", "evaluate", "publish"])
+def test_a_card_linked_from_outside_the_folder_is_refused(two_scenario_build, tmp_path, command):
+    """A build writes regular files only: a card that is a link leading out of the folder is
+    read by no reader (confinement), as publish already refuses it."""
+    _, built = two_scenario_build
+    folder = tmp_path / "built"
+    shutil.copytree(built, folder)
+    outside = tmp_path / "card.md"
+    shutil.move(str(folder / "README.md"), outside)
+    os.symlink(outside, folder / "README.md")
+    if command == ["validate"]:
+        argv = [sys.executable, RUN_PIPELINE, "validate", str(folder)]
+    elif command == ["evaluate"]:
+        argv = [sys.executable, "-m", "proactivebench_builder.runtime", "evaluate", "--data",
+                str(folder), "--model", "oracle", "--scenarios", "quickdraw", "--results",
+                str(tmp_path / "r.jsonl")]
+    else:
+        argv = [sys.executable, RUN_PIPELINE, "publish", str(folder), "--to",
+                str(tmp_path / "target")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert result.returncode == 2 and "README.md" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

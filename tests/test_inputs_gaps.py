@@ -733,35 +733,41 @@ def test_a_repo_id_the_hub_cannot_name_is_one_line(two_scenario_build, tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
-# ---- the card (README.md) of a build folder, linked from outside ----------------------------------
+# ---- the card and build.json of a build folder, linked from outside --------------------------------
 
-@pytest.mark.parametrize("command", [
-    pytest.param(["validate"], marks=pytest.mark.xfail(strict=True, reason=(
-        "validate reads a README.md that is a link to a file outside the folder and says OK "
-        "(exit 0); publish refuses the same folder ('README.md: a symbolic link')"))),
-    pytest.param(["evaluate"], marks=pytest.mark.xfail(strict=True, reason=(
-        "evaluate --data reads a README.md that is a link to a file outside the folder and "
-        "plays the build (exit 0); publish refuses the same folder"))),
-    ["publish"],
-], ids=["validate", "evaluate", "publish"])
-def test_a_card_linked_from_outside_the_folder_is_refused(two_scenario_build, tmp_path, command):
-    """A build writes regular files only: a card that is a link leading out of the folder is
-    read by no reader (confinement), as publish already refuses it."""
+def _linked_out(command: str, name: str):
+    if command == "publish":
+        return pytest.param(command, name, id=f"{command}-{name}")
+    return pytest.param(command, name, id=f"{command}-{name}", marks=pytest.mark.xfail(
+        strict=True, reason=(
+            f"{command} reads {name} through a link to a file outside the folder and goes on "
+            "(exit 0); publish refuses the same folder ('a symbolic link (a build writes "
+            "regular files only)')")))
+
+
+@pytest.mark.parametrize("command, name", [
+    _linked_out(c, n) for n in ("README.md", "reports/build.json")
+    for c in ("validate", "evaluate", "inspect", "publish")])
+def test_a_card_or_report_linked_from_outside_the_folder_is_refused(
+        two_scenario_build, tmp_path, command, name):
+    """A build writes regular files only: a card or a build.json that is a link leading out of
+    the folder is read by no reader (confinement), as publish already refuses it."""
     _, built = two_scenario_build
     folder = tmp_path / "built"
     shutil.copytree(built, folder)
-    outside = tmp_path / "card.md"
-    shutil.move(str(folder / "README.md"), outside)
-    os.symlink(outside, folder / "README.md")
-    if command == ["validate"]:
-        argv = [sys.executable, RUN_PIPELINE, "validate", str(folder)]
-    elif command == ["evaluate"]:
-        argv = [sys.executable, "-m", "proactivebench_builder.runtime", "evaluate", "--data",
-                str(folder), "--model", "oracle", "--scenarios", "quickdraw", "--results",
-                str(tmp_path / "r.jsonl")]
-    else:
-        argv = [sys.executable, RUN_PIPELINE, "publish", str(folder), "--to",
-                str(tmp_path / "target")]
+    outside = tmp_path / "elsewhere"
+    shutil.move(str(folder / name), outside)
+    os.symlink(outside, folder / name)
+    argv = {
+        "validate": [sys.executable, RUN_PIPELINE, "validate", str(folder)],
+        "evaluate": [sys.executable, "-m", "proactivebench_builder.runtime", "evaluate",
+                     "--data", str(folder), "--model", "oracle", "--scenarios", "quickdraw",
+                     "--results", str(tmp_path / "r.jsonl")],
+        "inspect": [sys.executable, RUN_PIPELINE, "inspect", str(folder), "--out",
+                    str(tmp_path / "sheets"), "--per_scenario", "1"],
+        "publish": [sys.executable, RUN_PIPELINE, "publish", str(folder), "--to",
+                    str(tmp_path / "target")],
+    }[command]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
-    assert result.returncode == 2 and "README.md" in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 2 and name in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

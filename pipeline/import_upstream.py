@@ -66,13 +66,16 @@ def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
         raise ValueError(f"{url}: {size:,} bytes, far more than a released JSONL file "
                          f"(at most {MAX_DRIVER_JSONL_BYTES:,} bytes are read)")
     found = []
-    with fs.open(path, "rb") as handle:
+    with fileio.open_source(url) as handle:  # a FIFO is refused, never waited on
         for line in handle:
             try:
                 record = json.loads(line)
-                found.append((int(record["id"]), record.get("strong_occlusions")))
-            except (ValueError, KeyError, TypeError):  # (json's errors are ValueErrors)
+            except (ValueError, RecursionError):  # not JSON (json's errors are ValueErrors)
                 continue
+            # an integer id only: 1.9, true or 1e400 are no record's id (the build makes
+            # such a line a dead letter)
+            if isinstance(record, dict) and type(record.get("id")) is int:
+                found.append((record["id"], record.get("strong_occlusions")))
     return found
 
 

@@ -94,6 +94,7 @@ def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     train_again = _train_plan(previous, config, kept, chosen, train_capable, output)
     keep_train = train_again is None and "train" in previous
     _check_kept_files(output, previous, kept, keep_train)
+    previous_dead_letters(output)  # merged at the end: refused now if it cannot be
     old_overrides = (previous.get("stamp") or {}).get("parameter_overrides") or {}
     return {"kept": kept, "keep_train": keep_train, "stamp": merged_stamp(previous, config, kept),
             # the build marks build.json "building" before the terminal step merges, so the
@@ -239,6 +240,38 @@ def merged_stamp(previous: dict, config: BuildConfig, kept: list[str]) -> dict:
 # ------------------------------------------------------------ the terminal step's merge
 
 
+DEAD_LETTER_FIELDS = ("scenario", "path", "reason", "key")
+
+
+def previous_dead_letters(output: str) -> list[dict]:
+    """The dead letters of the folder's previous build (reports/dead_letters.jsonl, which no
+    digest in build.json covers), each checked to be a line the build writes; one that is not
+    refuses the update in one line naming it."""
+    where = f"{output} holds a {DEAD_LETTERS}"
+    try:
+        data = fileio.read_bytes(fileio.join(output, DEAD_LETTERS),
+                                 limit=buildfolder.REPORT_MAX_BYTES)
+    except FileNotFoundError:
+        return []
+    except OSError as err:  # a FIFO, a folder, too large
+        raise UpdateRefused(f"{where} that cannot be read ({err.strerror or err}): "
+                            f"{WAY_OUT}") from None
+    letters = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line:
+            continue
+        try:
+            letter = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+            letter = None
+        if not (isinstance(letter, dict) and set(letter) == set(DEAD_LETTER_FIELDS)
+                and all(isinstance(letter[f], str) for f in DEAD_LETTER_FIELDS)):
+            raise UpdateRefused(f"{where} whose line {number} is not a dead letter this "
+                                f"builder writes: {WAY_OUT}")
+        letters.append(letter)
+    return letters
+
+
 def merge_reports(output: str, update: dict, report: dict, filters: dict, files: list[dict],
                   dead_lines: list[dict], sources: dict) -> dict:
     """The kept part of the folder's previous reports added to this build's (the build report
@@ -252,12 +285,7 @@ def merge_reports(output: str, update: dict, report: dict, filters: dict, files:
     files = sorted(kept_files(previous, kept, keep_train) + files, key=lambda f: f["path"])
     sources = {**{n: u for n, u in (previous.get("sources") or {}).items() if n in kept},
                **sources}
-    old_dead = []
-    try:
-        text = fileio.read_bytes(fileio.join(output, DEAD_LETTERS))
-        old_dead = [json.loads(line) for line in text.decode("utf-8").splitlines() if line]
-    except FileNotFoundError:
-        pass
+    old_dead = previous_dead_letters(output)
 
     def is_kept(scenario: str) -> bool:
         name, _, branch = scenario.partition("/")

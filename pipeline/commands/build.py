@@ -155,6 +155,11 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
     output = config.output
     run_pipeline(options, config, local, show_progress=show_progress)
     report = json.loads(fileio.read_bytes(fileio.join(output, BUILD_REPORT)))
+    if "scenarios" not in report:  # still the launcher's own "building" mark
+        raise BuildFailed(f"the workers' reports did not reach {output} as the launcher sees "
+                          "it: the workers wrote to a folder of their own (a local path on a "
+                          "cluster, memory://); give an --output that the launcher and every "
+                          "worker reach")
     filters = None
     if config.selection.mode != NO_FILTER:
         filters = json.loads(fileio.read_bytes(fileio.join(output, FILTER_REPORT)))

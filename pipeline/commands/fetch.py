@@ -189,8 +189,12 @@ def folders_of(args, plans: dict) -> tuple[str, dict[str, str]]:
 def check_mirror(mirror: str | None) -> None:
     if mirror is None:
         return
-    parts = urllib.parse.urlsplit(mirror)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+    try:
+        parts = urllib.parse.urlsplit(mirror)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
         raise UsageError(f"--mirror {mirror}: expected an http(s) URL such as "
                          f"http://127.0.0.1:8000/mirror")
 

@@ -70,6 +70,13 @@ def parser() -> CommandParser:
 
 def target_of(args: argparse.Namespace):
     if args.repo_id:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id  # Hub only
+
+        try:  # the Hub's own rule, before any request (its error would be a traceback later)
+            validate_repo_id(args.repo_id)
+        except HFValidationError:
+            raise publish.PublishError(f"--repo_id {args.repo_id}: not a Hub repository id "
+                                       "(OWNER/NAME, letters, digits, '-', '_', '.')") from None
         return publish.HubTarget(args.repo_id, revision=args.revision, create=args.create,
                                  private=args.private)
     if args.create or args.private or args.revision:

@@ -122,7 +122,7 @@ def read_records(url: str) -> tuple[list[tuple[int, dict]], int, str]:
             continue
         try:
             records.append((number, json.loads(line)))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than json reads
             bad += 1
     name = url.rstrip("/").rsplit("/", 1)[-1]
     return records, bad, f"{name}, sha256 {hashlib.sha256(data).hexdigest()[:16]}"

@@ -386,13 +386,8 @@ def _open_lock(root: str):
 
 def _lines(handle):
     """(number, bytes) per line, each at most MAX_LINE bytes (memory never follows the file)."""
-    number = 0
-    while True:
-        raw = handle.readline(MAX_LINE + 1)
-        if not raw:
-            return
-        number += 1
-        if len(raw) > MAX_LINE:
+    for number, raw in fileio.numbered_lines(handle, MAX_LINE):
+        if raw is None:
             raise LockError(f"line {number} is longer than {MAX_LINE} bytes")
         yield number, raw
 

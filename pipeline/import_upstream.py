@@ -99,25 +99,6 @@ def upstream_frame_ids(config: str, record: dict) -> list[int]:
     return behaviour_for_config(config).upstream_frame_ids(record)
 
 
-def numbered_lines(handle, limit: int = MAX_LINE_BYTES):
-    """(line number, the line's bytes) of a binary file, or (number, None) for a line over
-    `limit` bytes, whose rest is skipped a block at a time (memory never holds more)."""
-    number = 0
-    while True:
-        line = handle.readline(limit + 1)
-        if not line:
-            return
-        number += 1
-        if len(line) > limit and not line.endswith(b"\n"):
-            while True:
-                rest = handle.readline(1 << 20)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield number, None
-        else:
-            yield number, line
-
-
 def parse_record(line: bytes | None) -> dict:
     """The JSON object of one line, every field the record contract has of the type it has
     there; raise BadRecord. (JSON's NaN and Infinity are not numbers a record may hold.)"""
@@ -223,7 +204,7 @@ class ReadRecords(beam.DoFn):
         scenario = self.config.config_to_scenario[config]
         url = fileio.join(self.config.import_upstream, jsonl_name(config))
         with fileio.open_source(url) as handle:
-            for number, line in numbered_lines(handle):
+            for number, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
                 yield scenario, config, number, line
 
 

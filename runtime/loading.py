@@ -445,14 +445,7 @@ def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iter
     except OSError as err:
         raise UsageError(f"--data {data_dir}: {name}: {_os_reason(err)}") from None
     with handle:
-        number = 0
-        while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
-            number += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                _skip_line(handle)  # the rest of an over-long line is not a line of its own
+        for number, raw in fileio.numbered_lines(handle, MAX_LINE_BYTES):
             try:
                 record = upstream_record(raw)
                 if record is None or record.get("strong_occlusions") is False:
@@ -462,16 +455,10 @@ def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iter
                 _bad(on_bad, f"--data {data_dir}: {name} line {number}", str(err))
 
 
-def _skip_line(handle) -> None:
-    while True:
-        rest = handle.readline(1 << 20)
-        if not rest or rest.endswith(b"\n"):
-            return
-
-
-def upstream_record(raw: bytes) -> dict | None:
-    """One JSONL line as a record (None for a blank line); BadRecord saying what is wrong."""
-    if len(raw) > MAX_LINE_BYTES:
+def upstream_record(raw: bytes | None) -> dict | None:
+    """One JSONL line as a record (None for a blank line); BadRecord saying what is wrong
+    (`raw` None: a line over MAX_LINE_BYTES, as fileio.numbered_lines gives it)."""
+    if raw is None or len(raw) > MAX_LINE_BYTES:
         raise BadRecord(f"longer than {MAX_LINE_BYTES:,} bytes")
     try:
         text = raw.decode("utf-8")

@@ -445,8 +445,8 @@ def test_an_overlong_upstream_line_is_skipped_unread_and_named():
     held), becomes a BadRecord naming the cap, and the next line is read as usual."""
     import io
 
-    from proactivebench_builder.pipeline.import_upstream import (
-        BadRecord, numbered_lines, parse_record)
+    from proactivebench_builder.core.fileio import numbered_lines
+    from proactivebench_builder.pipeline.import_upstream import BadRecord, parse_record
 
     data = b'{"a": 1}\n' + b"x" * (5 << 20) + b'\n{"b": 2}\n'
     tracemalloc.start()

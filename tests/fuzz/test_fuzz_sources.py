@@ -623,8 +623,9 @@ def test_upstream_import_record(data):
 
     from proactivebench_builder.core.config import BuildConfig
     from proactivebench_builder.core.records import arrow_schema
+    from proactivebench_builder.core.fileio import numbered_lines
     from proactivebench_builder.pipeline.import_upstream import (
-        ImportRecord, ReadRecords, numbered_lines)
+        MAX_LINE_BYTES, ImportRecord, ReadRecords)
 
     folder = _upstream_folder()
     config = BuildConfig(seed=0, output="/unused", scenarios=("quickdraw",),
@@ -634,7 +635,7 @@ def test_upstream_import_record(data):
     with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
         handle.write(data + b"\n")
     elements = list(ReadRecords(config).process("QuickDraw"))
-    assert len(elements) == len(list(numbered_lines(io.BytesIO(data + b"\n"))))
+    assert len(elements) == len(list(numbered_lines(io.BytesIO(data + b"\n"), MAX_LINE_BYTES)))
     for element in elements:
         with peak_memory(64 << 20):
             values = list(ImportRecord(config).process(element))

@@ -32,7 +32,6 @@ import shutil
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import urllib.parse
 
@@ -44,6 +43,7 @@ from proactivebench_builder.core.cli import (
 from proactivebench_builder.core.download import STATE_DIR, Downloader, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.pipeline.commands.output_folder import check_can_write
 from proactivebench_builder.pipeline.fetch_plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.pipeline.progress import enabled
@@ -160,16 +160,7 @@ def local_folder(flag: str, value: str) -> str:
     path = os.path.abspath(os.path.expanduser(value))
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {value} is a file, not a folder")
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise UsageError(f"{flag} {value} cannot be created: {existing} is a file")
-    try:  # a real probe: os.access says yes to root on a read-only file system
-        tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
-    except OSError as err:
-        raise UsageError(f"{flag} {value} cannot be written: {existing}: "
-                         f"{err.strerror or err}") from None
+    check_can_write(flag, value, path)
     return path
 
 

@@ -15,7 +15,7 @@ import sys
 
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
-from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
@@ -62,8 +62,10 @@ def parser() -> CommandParser:
                         "folder, removed afterwards); needs room for the archives")
     p.add_argument("--allow_stand_ins", action="store_true",
                    help="publish to the Hub a build that build.json marks as not the benchmark "
-                        "(built from miniature sources, or holding placeholder labels); its "
-                        "card says so. Without it such a build is refused for --repo_id")
+                        "(built from miniature sources or unverified sources, holding placeholder "
+                        "labels or an unfiltered pool, or imported from other than the released "
+                        "split); its card says so. Without it such a build is refused for "
+                        "--repo_id")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -103,7 +105,7 @@ def stand_in_summary(found: dict) -> str:
     for name, items in sorted(found.items()):
         for item in items:
             by_kind.setdefault(item.get("kind", "?"), []).append(name)
-    words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
+    words = dataset_card.STAND_IN_WORDS
     return "; ".join(f"{words.get(k, k)} ({', '.join(sorted(set(v)))})"
                      for k, v in sorted(by_kind.items()))
 

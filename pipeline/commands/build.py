@@ -186,7 +186,9 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
 
 def check_filter_errors(scenarios: dict, output: str) -> None:
     """The pool step reports predictions or a keep-list that cannot filter its pool as a value
-    (filters/selection.py); the build then fails with those messages, naming the written pool."""
+    (filters/selection.py); the build then fails with those messages. The folder is then marked
+    failed, and nothing (evaluate, validate, publish) reads a failed folder's pool, so the way
+    on is said: build the pool first, without the filter."""
     failed = [f for _, f in sorted(scenarios.items()) if f.get("error")]
     coverage = [f["error"] for f in failed if f.get("error_kind") == "coverage"]
     errors = [f["error"] for f in failed if f.get("error_kind") != "coverage"]
@@ -194,7 +196,9 @@ def check_filter_errors(scenarios: dict, output: str) -> None:
         errors.append(coverage_message(coverage).replace("--data DIR", f"--data {output}"))
     if errors:
         raise BuildFailed("cannot filter: " + " ".join(errors) + " (nothing reached the test "
-                          f"split; the unfiltered pool is written in {output})")
+                          f"split, and {output} is marked failed, so nothing reads its pool: "
+                          "build the pool again without the filter, play or fix what the "
+                          "filter needs on it, then rebuild with the filter)")
 
 
 def check_bad_fraction(scenarios: dict, limit: float) -> None:

@@ -19,7 +19,7 @@ from proactivebench_builder.core.errors import (
     MissingPackage, ScenarioError, SourceError, UsageError)
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
-from proactivebench_builder.filters.coverage import check_before_work
+from proactivebench_builder.filters.coverage import check_before_work, pool_setting_changes
 from proactivebench_builder.filters.leakage import (
     RELEASED, KeepListError, count_kept, keep_list_problem, load_keep_list, released_count_problem,
     released_counts)
@@ -435,7 +435,17 @@ def with_partial_update(config: BuildConfig) -> BuildConfig:
 
 
 def check_predictions_cover_pool(config: BuildConfig) -> None:
-    """Before any work: the predictions cover what the filter will judge (filters/coverage.py)."""
+    """Before any work: the predictions cover what the filter will judge (filters/coverage.py),
+    and the build does not replace a finished build in its folder by one of another pool (a
+    slipped --seed would fail the filter only after the work, the folder's good build lost)."""
+    if not config.update:
+        changes = pool_setting_changes(config)
+        if changes:
+            raise SystemExit(
+                f"cannot filter: {config.output} holds a finished build whose pool this build "
+                f"would not make again: {'; '.join(changes)}. Predictions played on that pool "
+                "do not fit the pool of these settings, and the build would replace it: give "
+                "the folder's settings, or build into another --output (the folder is kept)")
     problem = check_before_work(read_predictions(config.selection.predictions), config)
     if problem:
         raise SystemExit(f"cannot filter: {problem}")

@@ -528,8 +528,8 @@ def test_an_export_imported_again_keeps_its_stand_ins(tmp_path, built_miniature,
     assert "records answer with a placeholder (e.g. 'Product 00" in whats
     card = open(os.path.join(out, "README.md")).read()
     assert "upstream release)" not in card and "upstream release's own records" not in card
-    assert "pretty_name: ProactiveBench (imported from a builder's export, miniature sources," \
-        in card and "; not the benchmark)" in card
+    assert "\n# ProactiveBench (imported from a builder's export, miniature sources, placeholder " \
+        "labels and records other than the released split; not the benchmark)\n" in card
     capsys.readouterr()
     assert cli.main(["publish", out, "--repo_id", "me/ProactiveBench"]) == 2
     assert "a builder's export (mvpn, quickdraw)" in one_line(capsys.readouterr().err)
@@ -612,9 +612,32 @@ def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, m
     report = run(out, str(root), "quickdraw", "--no_train")
     assert [i["kind"] for i in report["stand_ins"]["quickdraw"]] == ["unverified", "unfiltered"]
     card = open(os.path.join(out, "README.md")).read()
-    assert "pretty_name: ProactiveBench (rebuilt from unverified sources and an unfiltered pool;" \
-        " not the benchmark)" in card
+    assert "\n# ProactiveBench (rebuilt from unverified sources and an unfiltered pool; not the " \
+        "benchmark)\n" in card
     capsys.readouterr()
     assert cli.main(["publish", out, "--repo_id", "me/ProactiveBench"]) == 2
     line = one_line(capsys.readouterr().err)
     assert "unverified sources (quickdraw)" in line and "an unfiltered pool (quickdraw)" in line
+
+
+def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, release, capsys):
+    """`evaluate --data <release>/test` plays what upstream's loader plays: the released keep
+    list (VSOD's extra pool records are left out), saying so in one line; --all_records plays
+    every record and says that it is not the released split (issue 21, finding 4)."""
+    from proactivebench_builder.runtime.cli import main as evaluate
+
+    def played(*extra) -> tuple[dict, str]:
+        results = tmp_path / f"results{len(extra)}.jsonl"
+        assert evaluate(["evaluate", "--data", release, "--model", "oracle", "--results",
+                         str(results), *extra]) == 0
+        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        counts = {c: sum(1 for r in lines if r["config"] == c) for c in (ROD, VSOD)}
+        return counts, capsys.readouterr().err
+
+    counts, err = played()
+    assert counts == {ROD: 88, VSOD: 42}
+    assert one_line(err).startswith(f"evaluate: {release} holds the release's records: playing "
+                                    "the released split")
+    counts, err = played("--all_records")
+    assert counts == {ROD: 88, VSOD: 42 + len(VSOD_EXTRA_IDS) - 1}  # less the weak clip
+    assert "playing every record of" in one_line(err) and "(--all_records)" in err

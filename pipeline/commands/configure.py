@@ -19,10 +19,10 @@ from proactivebench_builder.core.errors import (
     MissingPackage, ScenarioError, SourceError, UsageError)
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
+from proactivebench_builder.core.released import count_kept, released_counts
 from proactivebench_builder.filters.coverage import check_before_work, pool_setting_changes
 from proactivebench_builder.filters.leakage import (
-    RELEASED, KeepListError, count_kept, keep_list_problem, load_keep_list, released_count_problem,
-    released_counts)
+    RELEASED, KeepListError, keep_list_problem, load_keep_list, released_count_problem)
 from proactivebench_builder.filters.predictions import (
     PredictionsError, read_all_predictions, read_predictions, train_confidences,
     unknown_configs_problem)

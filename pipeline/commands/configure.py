@@ -12,7 +12,7 @@ import os
 import yaml
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.cli import unknown_name
+from proactivebench_builder.core.cli import closest, unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection, network_url)
 from proactivebench_builder.core.errors import (
@@ -54,9 +54,10 @@ def choose_scenarios(spec: str) -> dict:
         chosen = registered
     else:
         chosen = {}
-        for name in (s.strip() for s in spec.split(",") if s.strip()):
-            if name not in registered:
-                raise UsageError("--scenarios: " + unknown_name("scenario", name, registered)
+        for given in (s.strip() for s in spec.split(",") if s.strip()):
+            name = scenario_named(given, registered)
+            if name is None:
+                raise UsageError("--scenarios: " + unknown_name("scenario", given, registered)
                                  + f"; a scenario of your own is found through {PATH_VARIABLE}"
                                  "=FOLDER or an entry point (README: Adding a scenario)")
             chosen[name] = registered[name]
@@ -69,6 +70,15 @@ def choose_scenarios(spec: str) -> dict:
         raise UsageError(f"--scenarios {spec!r} names no scenario (known: "
                          f"{', '.join(registered)}, or all)")
     return chosen
+
+
+def scenario_named(given: str, registered: dict) -> str | None:
+    """The scenario a --scenarios name means: its own name, or any name `evaluate` takes for its
+    config (config name, table short name such as IN-C, declared aliases; any case)."""
+    if given in registered:
+        return given
+    config = config_aliases().get(given.lower())
+    return next((n for n, cls in registered.items() if cls.config_name == config), None)
 
 
 def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
@@ -215,12 +225,24 @@ def selection_settings(opts: BuildOptions, aliases: dict[str, str]) -> Selection
                     "--keep_list names upstream's sample ids, which only an imported upstream "
                     "release carries (--import_upstream DIR); a pool built from the raw sources "
                     "has its own ids. Filter a fresh pool with --predictions FILE instead.")
+            check_keep_list_keyword(opts.keep_list)
             load_keep_list(opts.keep_list)
     except (PredictionsError, KeepListError) as err:
         raise SystemExit(f"cannot filter: {err}") from None
-    return Selection(mode=mode, predictions=opts.predictions, keep_list=opts.keep_list,
+    # recorded absolute (filter.json, the card's stamp): a relative path means nothing elsewhere
+    return Selection(mode=mode, predictions=opts.predictions and absolute(opts.predictions),
+                     keep_list=opts.keep_list if opts.keep_list in (None, RELEASED)
+                     else absolute(opts.keep_list),
                      threshold=opts.filter_threshold, min_models=opts.min_models,
                      allow_partial=opts.allow_partial_predictions)
+
+
+def check_keep_list_keyword(spec: str) -> None:
+    """A keep list that is no file but looks like the keyword (`relased`): say which was meant."""
+    if spec != RELEASED and "://" not in spec and not os.path.exists(spec) and closest(
+            spec.lower(), [RELEASED]):
+        raise KeepListError(f"--keep_list {spec!r}: no such file; did you mean {RELEASED!r} "
+                            "(the published keep list)?")
 
 
 def check_keep_list(spec: str, configs, aliases: dict[str, str]) -> None:
@@ -284,6 +306,9 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         "filter": {"mode": selection.mode, "threshold": selection.threshold,
                    "min_models": selection.min_models},
     }
+    for what in ("predictions", "keep_list"):  # said only when given: the default stamp is kept
+        if getattr(selection, what):
+            stamp["filter"][what] = getattr(selection, what)
     config = BuildConfig(
         seed=opts.seed, output=absolute(opts.output), scenarios=tuple(sorted(scenarios)),
         sources=sources, config_to_scenario=config_to_scenario, selection=selection,

@@ -32,6 +32,7 @@ from proactivebench_builder.core.layout import EXPORT_MARKER
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import (
     UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
+from proactivebench_builder.pipeline.dataset_card import STAND_IN_WORDS
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.spread import Spread
 from proactivebench_builder.transforms import behaviour_for_config, get_scenario, manifest_of
@@ -88,6 +89,7 @@ def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
 BUILDER_FIELDS = ("key", "source")
 BUILDER_KIND = "builder_export"  # the stand-in kind of records our export wrote
 MAX_MARKER_BYTES = 1 << 20  # the marker lists a few lines per config
+MAX_STAND_IN_CHARS = 400    # a stand-in's line (ours are ~300 characters at most)
 
 
 def folder_stand_ins(folder: str, config_to_scenario: dict[str, str]) -> dict[str, list[dict]]:
@@ -130,9 +132,21 @@ def read_marker(folder: str) -> dict[str, list[dict]] | None:
         return {}
     if not isinstance(listed, dict):
         return {}
-    return {str(config): [item for item in items if isinstance(item, dict)
-                          and isinstance(item.get("kind"), str) and isinstance(item.get("what"), str)]
+    return {str(config): [carried(item) for item in items if carried(item)]
             for config, items in listed.items() if isinstance(items, list)}
+
+
+def carried(item) -> dict | None:
+    """A stand-in of the marker as the imported build records it: a known kind, and its text as
+    one line of at most MAX_STAND_IN_CHARS (the marker is the folder's, as untrusted as its
+    records; what it says goes into the card). None for anything else."""
+    if not (isinstance(item, dict) and item.get("kind") in STAND_IN_WORDS
+            and isinstance(item.get("what"), str)):
+        return None
+    what = " ".join(item["what"].split())
+    if len(what) > MAX_STAND_IN_CHARS:
+        what = what[:MAX_STAND_IN_CHARS - 3] + "..."
+    return {"kind": item["kind"], "what": what}
 
 
 def scan_records(folder: str, config: str, scenario_cls) -> dict:

@@ -23,8 +23,10 @@ Beside the JSONL files, `proactivebench_builder_export.json` (`EXPORT_MARKER`) s
 build was: per config, what in it stands in for the benchmark's data (build.json's `stand_ins`).
 It is listed like the other files, so `publish --with_upstream` carries it into the release-shaped
 `test/` folder, and `--import_upstream` reads it: an export imported again keeps its stand-ins
-instead of passing for the upstream release. A copy of the export outside its build folder has no build.json beside it:
-nothing checks it, as nothing checks the upstream release's own `test/` folder.
+instead of passing for the upstream release.
+
+A copy of the export outside its build folder has no build.json beside it: nothing checks it, as
+nothing checks the upstream release's own `test/` folder.
 """
 from __future__ import annotations
 

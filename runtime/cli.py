@@ -34,6 +34,7 @@ from proactivebench_builder.core.cli import (
     positive_int, run_command)
 from proactivebench_builder.core.errors import CommandError
 from proactivebench_builder.core.play import MalformedRecord
+from proactivebench_builder.core.released import released_counts
 from proactivebench_builder.runtime import (
     environments as envs, loading, metrics, open_ended, results_file)
 from proactivebench_builder.runtime.episodes import run_episode
@@ -312,7 +313,8 @@ def released_keep(args, configs: list[str], split: str) -> dict | None:
     what an upstream-layout folder that is not our export plays: the released split, as
     upstream's loader keeps it, when the folder holds the release's records and the test split
     is played (--first_round_only judges the whole pool); else every record."""
-    if loading.data_kind(args.data) != loading.UPSTREAM or loading.is_build_export(args.data):
+    if (loading.data_kind(args.data) != loading.UPSTREAM or loading.is_build_export(args.data)
+            or not set(configs) & set(released_counts())):  # only scenarios of one's own
         return None
     keep = loading.released_split(args.data, configs)
     if keep and split == "test" and not args.all_records:

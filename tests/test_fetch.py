@@ -134,8 +134,9 @@ def pins_of(path: str) -> dict:
 
 def mirror_plans(mirror: str, miniature_root: str, extra_classes=()) -> dict:
     """The packaged plans, with every pin the real manifest has replaced by the served file's
-    own (so a pinned size stays pinned, an md5 stays an md5), QuickDraw restricted to the
-    miniature's classes (plus `extra_classes`, which the mirror lacks)."""
+    own (so a pinned size stays pinned, an md5 stays an md5; no approximate size is kept),
+    QuickDraw restricted to the miniature's classes (plus `extra_classes`, which the mirror
+    lacks)."""
     plans = {name: plan(manifest_of(name)) for name in ALL}
     qd_classes = sorted(p[len("simplified/"):-len(".ndjson")]
                         for p in files_under(os.path.join(miniature_root, "quickdraw"))
@@ -151,7 +152,8 @@ def mirror_plans(mirror: str, miniature_root: str, extra_classes=()) -> dict:
             pins = pins_of(served)
             spec = dataclasses.replace(spec, **{k: pins[k] for k in ("size", "md5", "sha256")
                                                 if getattr(spec, k) is not None})
-            source_plan.files[index] = dataclasses.replace(planned, spec=spec)
+            # the real file's approximate size (ImageNet-C's) is not the served file's either
+            source_plan.files[index] = dataclasses.replace(planned, spec=spec, approx_size=None)
     return plans
 
 

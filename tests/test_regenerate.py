@@ -509,7 +509,7 @@ def test_the_dataflow_requirements_file_installs(tmp_path):
     assert check.returncode == 0, check.stderr[-2000:]
 
 
-# ---- what an import is (issue 21, finding 1) -------------------------------------------------------
+# ---- what an import is (issue 21, finding 1) ---------------------------------------------------
 
 def test_an_export_imported_again_keeps_its_stand_ins(tmp_path, built_miniature, capsys,
                                                      hub_unreachable):

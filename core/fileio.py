@@ -215,10 +215,10 @@ def remove(url: str) -> None:
 
 
 def sha256(url: str) -> str:
-    """SHA-256 of a file, streamed in 1 MiB blocks (archives can be gigabytes)."""
-    fs, path = filesystem(url)
+    """SHA-256 of a file, streamed in 1 MiB blocks (archives can be gigabytes); a local one must
+    be a regular file (`open_source`: a FIFO is never opened for reading)."""
     digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
+    with open_source(url) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.buildfolder import BUILDING, FAILED, OK
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
@@ -38,11 +38,20 @@ class UpdateRefused(ValueError):
     """This build cannot update the folder's existing build; the message names the way out."""
 
 
-def read_json(output: str, relative: str):
+def read_json(output: str, relative: str) -> dict | None:
+    """A report of the folder's previous build as a dict, None when there is none; one that
+    cannot be read as a JSON object refuses the update (nothing in it can be trusted)."""
     try:
-        return json.loads(fileio.read_bytes(fileio.join(output, relative)))
+        report = json.loads(fileio.read_bytes(fileio.join(output, relative),
+                                              limit=buildfolder.REPORT_MAX_BYTES))
     except FileNotFoundError:
         return None
+    except (OSError, ValueError, RecursionError) as err:  # a FIFO, too large, not JSON
+        raise UpdateRefused(f"{output} holds an unreadable {relative} ({err}): {WAY_OUT}") \
+            from None
+    if not isinstance(report, dict):
+        raise UpdateRefused(f"{output} holds a {relative} that is not a JSON object: {WAY_OUT}")
+    return report
 
 
 def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
@@ -51,10 +60,16 @@ def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     UpdateRefused when the update would not be sound."""
     output, chosen = config.output, set(config.scenarios)
     try:
-        previous = read_json(output, BUILD_REPORT)
-    except (OSError, ValueError) as err:
-        raise UpdateRefused(f"{output} holds an unreadable reports/build.json ({err}): "
-                            f"{WAY_OUT}") from None
+        previous = buildfolder.load_report(output)
+    except FileNotFoundError:
+        previous = None
+    except buildfolder.UnusableReport as err:  # a list, a FIFO, nested too deep, not JSON...
+        raise UpdateRefused(f"{output} holds an unusable {err}: {WAY_OUT}") from None
+    if previous is not None and "scenarios" in previous:  # else nothing in it can be kept
+        shape = buildfolder.report_shape_problems(previous)
+        if shape:
+            raise UpdateRefused(f"{output} holds a {BUILD_REPORT} of another shape than a "
+                                f"build writes ({'; '.join(shape[:3])}): {WAY_OUT}")
     if previous is None or unfinished(previous):
         _refuse_foreign_shards(output, config)
         return None

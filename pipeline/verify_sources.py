@@ -33,9 +33,14 @@ Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
 """
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
 import re
+import stat
 
 from proactivebench_builder.core import fileio, source_lock
+from proactivebench_builder.core.download import file_kind
 from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
@@ -65,7 +70,7 @@ def verify_source(name: str, root: str, manifest: dict, compare_lock: bool = Tru
         problems.extend(_check_checksum(name, root, str(relative), digest))
     problems.extend(_check_download_sizes(name, root, manifest))
     if compare_lock and not problems and source_lock.exists(root):
-        problems.extend(f"{name}: {line}" for line in source_lock.compare(root))
+        problems.extend(f"{name}: {line}" for line in source_lock.compare(root, name))
     return problems
 
 
@@ -85,7 +90,11 @@ def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
         return problems, []
     written = []
     for name, manifest in chosen.items():
-        lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+        try:
+            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+        except OSError as err:  # a full disk, a read-only folder, a folder in its place
+            lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
+                     f"{err.strerror or err} (errno {err.errno})"]
         problems.extend(f"{name}: {line}" for line in lines)
         if not lines:
             written.append(f"{name}: recorded {files} files ({size} bytes) in "
@@ -121,16 +130,37 @@ def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
         return [f"{name}: manifest problem: checksums[{relative!r}] = {digest!r} is not a "
                 f"sha256 (64 hex digits)"]
     url = fileio.join(root, relative)
-    fs, path = fileio.filesystem(url)
-    if not fs.isfile(path):
-        return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
     try:
-        actual = fileio.sha256(url)
+        actual = _sha256(url)
+    except FileNotFoundError:
+        return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
+    except fileio.NotARegularFile as err:  # a FIFO would block the read for ever
+        return [f"{name}: pinned file {relative!r} is {err.strerror}"]
     except OSError as err:
-        return [f"{name}: unreadable file {relative!r}: {err}"]
+        return [f"{name}: unreadable file {relative!r}: {err.strerror or err}"]
     if actual != expected:
         return [f"{name}: sha256 mismatch for {relative!r}: expected {expected}, got {actual}"]
     return []
+
+
+def _sha256(url: str) -> str:
+    """The sha256 of a pinned file, streamed; a local one must be a regular file (a FIFO, a
+    socket, a device or a folder raises NotARegularFile without blocking)."""
+    if not fileio.is_local(url):
+        fs, path = fileio.filesystem(url)
+        if not fs.isfile(path):
+            raise FileNotFoundError(url)
+        return fileio.sha256(url)
+    path = fileio.local_path(url)
+    mode = os.stat(path).st_mode  # links are followed: a pinned file may live elsewhere
+    if not stat.S_ISREG(mode):
+        raise fileio.NotARegularFile(errno.EINVAL, f"not a regular file: {file_kind(mode)}",
+                                     path)
+    digest = hashlib.sha256()
+    with fileio.open_local_regular(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _check_download_sizes(name: str, root: str, manifest: dict) -> list[str]:

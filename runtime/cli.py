@@ -170,8 +170,10 @@ def load_name(spec: str) -> str:
 
 
 def _model_options(args, spec: str) -> dict:
-    return {"timeout": args.timeout, "max_retries": args.max_retries} \
-        if spec.startswith("openai:") else {}
+    # requests in flight follow --concurrency (one per sample played at once), not the
+    # adapter's default of 8
+    return {"timeout": args.timeout, "max_retries": args.max_retries,
+            "max_concurrency": args.concurrency} if spec.startswith("openai:") else {}
 
 
 def play_sample(row: dict, config: str, args, model, judge) -> dict:

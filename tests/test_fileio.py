@@ -83,3 +83,14 @@ def test_read_ahead_frames_come_back_in_any_order_and_spill_to_disk(monkeypatch)
     assert ahead._file._rolled  # past the threshold the frames live in a temporary file
     assert [ahead.pop(key) for key in sorted(frames)] == [frames[k] for k in sorted(frames)]
     ahead.close()
+
+
+def test_the_sha256_of_a_fifo_is_refused_without_opening_it_for_reading(tmp_path):
+    """A FIFO where a file to hash is (was: open() waited for a writer for ever)."""
+    fifo = tmp_path / "pinned.tar"
+    os.mkfifo(fifo)
+    with pytest.raises(fileio.NotARegularFile, match="FIFO"):
+        fileio.sha256(str(fifo))
+    (tmp_path / "file").write_bytes(b"abc")
+    assert fileio.sha256(str(tmp_path / "file")) == (
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")

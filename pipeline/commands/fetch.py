@@ -12,8 +12,11 @@ on a terminal. Archives the build reads unpacked are extracted safely (`core/ext
 Each failed file is one line on stderr; the others go on. Exit status: 0 when every file is in
 place and verified, 1 when any failed (run again: finished files are skipped and partial ones
 resumed), 2 for a mistake refused before any work (a misspelled flag, an unknown scenario, a
-sources root that is not a usable local folder, a disk too small for the published sizes),
-130 on Ctrl-C.
+sources root or source folder that is not a usable local folder, a disk too small for the
+published sizes), 3 when another fetch is writing one of the source folders (one fetch per
+folder: an flock on `<folder>/.proactivebench-fetch/fetch.lock`), 130 on Ctrl-C, 143 on
+SIGTERM, 129 on SIGHUP (every connection is cut at once; what was received stays in the partial
+files, resumed by the next run).
 
 Afterwards, `python run_pipeline.py --sources_root DIR --verify_sources --record` locks what
 was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
@@ -21,9 +24,14 @@ was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
 from __future__ import annotations
 
 import argparse
-import re
+import datetime
+import errno
+import json
 import os
+import re
 import shutil
+import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -35,12 +43,12 @@ from tqdm import tqdm
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
     unknown_name)
-from proactivebench_builder.core.download import Downloader, mirrored
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.download import STATE_DIR, Downloader, mirrored
+from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
 from proactivebench_builder.pipeline.fetch_plan import (
-    SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
+    RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.pipeline.progress import enabled
 from proactivebench_builder.transforms import load_scenarios, manifest_of
 
@@ -48,6 +56,13 @@ HELP = "download the sources that have public URLs into --sources_root; print th
 
 PROG = "run_pipeline.py fetch"
 DEFAULT_JOBS = 4
+LOCK_FILE = "fetch.lock"  # in each source folder's .proactivebench-fetch/
+
+
+class FetchLocked(CommandError):
+    """Another fetch is writing one of the source folders (exit 3, as a locked build)."""
+    exit_code = 3
+    prefix = None
 
 
 def parser() -> CommandParser:
@@ -74,7 +89,8 @@ def parser() -> CommandParser:
                    help="wait before the first retry, doubled for each next one "
                         "(default: %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="give up on a connection silent for this long (default: %(default)s)")
+                   help="give up on a connection silent for this long, or slower than 1 kB/s "
+                        "over this long (it is retried, resuming; default: %(default)s)")
     p.add_argument("--no_train", action="store_true",
                    help="skip the files only the train split reads (`train_only` in the manifests)")
     p.add_argument("--remove_archives", action="store_true",
@@ -231,17 +247,19 @@ def fetch_command(argv: list[str]) -> int:
     if args.dry_run:
         return dry_run(plans, folders, jobs, owners, root, args.mirror, approx)
     check_space(jobs, root, approx)
-    for folder in sorted({folder for folder, _ in jobs}):  # not for manual-only sources: the
-        os.makedirs(folder, exist_ok=True)                 # build names a missing folder
-    if jobs:
-        print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
-              + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
-    outcomes = download(jobs, owners, args)
+    written = sorted({folder for folder, _ in jobs})  # not for manual-only sources: the build
+    for folder in written:                             # names a missing folder
+        make_source_folder(folder)
+    with FolderLocks(written):
+        if jobs:
+            print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
+                  + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
+        outcomes = download(jobs, owners, args)
+        lists = write_lists(plans, folders)
     failed = [o for o in outcomes if o.status == "failed"]
     unreachable = unreachable_summary(failed)
     if unreachable:
         print(f"{PROG}: FAILED {unreachable}", file=sys.stderr)
-    lists = write_lists(plans, folders)
     manual = print_manual_steps(plans, folders, root, lists)
     fetched = sum(o.status == "fetched" for o in outcomes)
     print(f"fetch: {fetched} fetched, {len(outcomes) - fetched - len(failed)} already in place "
@@ -280,6 +298,88 @@ def unreachable_summary(failed: list) -> str | None:
             + f" (no network, or the host is down? e.g. {first})")
 
 
+def make_source_folder(folder: str) -> None:
+    """Create a source folder, refused in one line (before any download) when something that
+    is not a folder is in its place."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        what = "a link to nothing" if os.path.islink(folder) else "a file"
+        raise UsageError(f"{folder} is {what}, not a folder (move it away, or fetch this "
+                         f"source elsewhere with --source SCENARIO=DIR)")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{folder} cannot be made: {err.strerror or err}") from None
+    bookkeeping = os.path.join(folder, STATE_DIR)
+    if os.path.lexists(bookkeeping) and (os.path.islink(bookkeeping)
+                                         or not os.path.isdir(bookkeeping)):
+        raise UsageError(f"{bookkeeping} is not fetch's folder (a link or a file); remove it")
+
+
+class FolderLocks:
+    """`with FolderLocks(folders):` the only fetch writing these source folders; raises
+    FetchLocked naming the holder otherwise. Each is an `fcntl.flock` on
+    `<folder>/.proactivebench-fetch/fetch.lock`, which the kernel releases when the holder ends
+    however it ends (a lock is never stale); the file names its holder for the message."""
+
+    def __init__(self, folders):
+        self.folders = list(folders)
+        self.fds: list[int] = []
+
+    def __enter__(self):
+        try:
+            for folder in self.folders:
+                self.fds.append(self._take(folder))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _take(self, folder: str) -> int:
+        import fcntl  # POSIX only: imported where a local lock is taken
+
+        path = os.path.join(folder, STATE_DIR, LOCK_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENXIO):
+                raise UsageError(f"{path} is not fetch's lock file (a link or a FIFO); remove "
+                                 f"it") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{path} is not fetch's lock file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except (ValueError, RecursionError):
+                holder = {}
+            os.close(fd)
+            if not isinstance(holder, dict):
+                holder = {}
+            raise FetchLocked(f"another fetch is writing {folder}: pid {holder.get('pid')} on "
+                              f"{holder.get('host')} since {holder.get('since')}; run this one "
+                              f"when it ends") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds")}).encode(), 0)
+        return fd
+
+    def __exit__(self, *exc):
+        while self.fds:
+            fd = self.fds.pop()
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            os.close(fd)  # closing the descriptor releases the flock
+        return False
+
+
 def download(jobs: list, owners: list, args) -> list:
     owner_of = {(folder, spec.path): name for (folder, spec), name in zip(jobs, owners)}
     bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc="fetch",
@@ -297,6 +397,8 @@ def download(jobs: list, owners: list, args) -> list:
             bar.refresh()
 
     def done(outcome) -> None:
+        if outcome.status == "interrupted":  # Ctrl-C, SIGTERM: the command says it once
+            return
         name = owner_of[(outcome.folder, outcome.path)]
         with lock:
             if outcome.status == "failed" and not unreachable_host(outcome):
@@ -315,7 +417,8 @@ def download(jobs: list, owners: list, args) -> list:
     downloader = Downloader(mirror=args.mirror, retries=args.retries,
                             retry_wait=args.retry_wait, timeout=args.timeout,
                             rehash=args.rehash, remove_archives=args.remove_archives,
-                            on_bytes=received, on_total=grow, on_done=done)
+                            reserved=RESERVED_NAMES, on_bytes=received, on_total=grow,
+                            on_done=done)
     try:
         return downloader.fetch_all(jobs, workers=args.jobs)
     finally:

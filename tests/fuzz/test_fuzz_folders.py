@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.layout import BUILD_REPORT, CARD
@@ -27,10 +29,6 @@ from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline import publish
 from proactivebench_builder.pipeline.commands import validate
 
-EXAMPLES = int(os.environ.get("PB_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),

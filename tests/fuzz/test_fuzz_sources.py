@@ -30,18 +30,15 @@ import tarfile
 import tempfile
 import tracemalloc
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.transforms import get_scenario, manifest_of
 
-LONG_RUN = "PB_FUZZ_EXAMPLES" in os.environ
-FUZZ = settings(max_examples=int(os.environ.get("PB_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize=not LONG_RUN, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
 WORK = tempfile.mkdtemp(prefix="pb-fuzz-sources-")
 
 

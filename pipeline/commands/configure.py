@@ -399,9 +399,9 @@ def check_unzipped(folder: str, configs: list[str]) -> None:
     missing = [top for top in tops if top and not fileio.exists(fileio.join(folder, top))]
     if missing:
         raise UsageError(f"--import_upstream {folder}: unzip the archives first: "
-                         f"{', '.join(archives)} (the records' images are in them; "
-                         f"{', '.join(sorted(set(missing)))}/ is not there): README, "
-                         "Regenerating the benchmark")
+                         f"{', '.join(archives)} (the records' images are in them: no "
+                         f"{', '.join(f'{m}/' for m in sorted(set(missing)))} in the folder "
+                         "yet): README, Regenerating the benchmark")
 
 
 MINIATURE = ("built from the bundled miniature source (a few generated items in the real "

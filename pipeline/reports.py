@@ -110,8 +110,9 @@ class WriteReports(beam.DoFn):
         dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
         fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), dead_text.encode("utf-8"))
 
-        stand_ins = {report[n]["config"]: items
-                     for n, items in dataset_card.stand_ins_of(report).items()}
+        stand_ins = {report[n]["config"]: items  # (a scenario that made nothing has no config)
+                     for n, items in dataset_card.stand_ins_of(report).items()
+                     if report[n].get("config")}
         exported = self._write_export(output, values, stand_ins)
         rebuilt = [config for config, n in c.config_to_scenario.items() if n in c.scenarios]
         self._remove_stale_shards(output, shards, rebuilt)

@@ -290,7 +290,7 @@ def current_samples(args) -> dict:
             print(f"evaluate: {where}: {reason}", file=sys.stderr)
         bad.append(where)
 
-    keep = released_keep(args, configs, split)
+    keep, note = released_keep(args, configs, split)
     for config in configs:
         rows = list(loading.iter_rows(args.data, config, split, on_bad,
                                       keep.get(config) if keep else None))
@@ -307,31 +307,32 @@ def current_samples(args) -> dict:
     if not samples:
         raise SystemExit(f"nothing to evaluate: the {split} split of {args.data} holds no "
                          f"samples for {', '.join(configs)}")
+    if note:  # said once the samples are known to be played (a refusal says only why)
+        print(note, file=sys.stderr)
     return samples
 
 
-def released_keep(args, configs: list[str], split: str) -> dict | None:
-    """The released keep list to apply (config -> ids), or None, saying on stderr in one line
-    what an upstream-layout folder that is not our export plays: the released split, as
-    upstream's loader keeps it, when the folder holds the release's records and the test split
-    is played (--first_round_only judges the whole pool); else every record."""
+def released_keep(args, configs: list[str], split: str) -> tuple[dict | None, str | None]:
+    """(the released keep list to apply: config -> ids, or None; the line saying what is
+    played, or None). Only for an upstream-layout folder that is not our export and holds
+    configs of the release: the released split, as upstream's loader keeps it, when the folder
+    holds the release's records and the test split is played (--first_round_only judges the
+    whole pool); else every record, said to be no released split."""
     if (loading.data_kind(args.data) != loading.UPSTREAM or loading.is_build_export(args.data)
             or not set(configs) & set(released_counts())):  # only scenarios of one's own
-        return None
+        return None, None
     keep = loading.released_split(args.data, configs)
     if keep and split == "test" and not args.all_records:
-        print(f"evaluate: {args.data} holds the release's records: playing the released split "
-              f"({sum(len(ids) for ids in keep.values()):,} ids listed for "
-              f"{', '.join(sorted(keep))}), as upstream's loader does (--all_records plays "
-              "every record)", file=sys.stderr)
-        return keep
+        return keep, (f"evaluate: {args.data} holds the release's records: playing the released "
+                      f"split ({sum(len(ids) for ids in keep.values()):,} ids listed for "
+                      f"{', '.join(sorted(keep))}), as upstream's loader does (--all_records "
+                      "plays every record)")
     why = ("as asked (--all_records)" if keep and args.all_records else
            "--first_round_only plays the pool" if keep else
            "its records do not hold the released split's counts")
-    print(f"evaluate: playing every record of {args.data} ({why}): not the released split, so "
-          "scores are not comparable with the paper's (import it with --keep_list released, or "
-          "give the release's whole test/ folder)", file=sys.stderr)
-    return None
+    return None, (f"evaluate: playing every record of {args.data} ({why}): not the released "
+                  "split, so scores are not comparable with the paper's (import it with "
+                  "--keep_list released, or give the release's whole test/ folder)")
 
 
 def why_no_configs(args) -> str:

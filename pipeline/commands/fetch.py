@@ -465,7 +465,8 @@ def next_steps(plans: dict, root: str) -> str:
     """What comes after fetching, as README's route 2 says (one line): the labels only the
     release holds, for the scenarios that need them, then one build that verifies and locks
     every fetched source (all of them, so none is left unrecorded) into its own --output."""
-    needing = [n for n in plans if needs_release_labels(load_scenarios()[n])]
+    registered = load_scenarios()
+    needing = [n for n in plans if n in registered and needs_release_labels(registered[n])]
     labels = (f"python run_pipeline.py release_labels --release RELEASE/test --sources_root "
               f"{root} (the labels of {', '.join(needing)} exist only in the release's records; "
               "README, Regenerating the benchmark), then " if needing else "")

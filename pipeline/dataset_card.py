@@ -80,6 +80,17 @@ def stand_in_kinds(stand_ins: dict[str, list[dict]]) -> list[str]:
     return sorted(kinds, key=lambda k: (order.index(k) if k in order else len(order), k))
 
 
+def stand_in_summary(found: dict) -> str:
+    """'miniature sources (changeit, coco); placeholder labels (mvpn, vsod)' (build.json's
+    `stand_ins`: scenario -> items)."""
+    by_kind: dict[str, list[str]] = {}
+    for name, items in sorted(found.items()):
+        for item in items:
+            by_kind.setdefault(item.get("kind", "?"), []).append(name)
+    return "; ".join(f"{STAND_IN_WORDS.get(k, k)} ({', '.join(sorted(set(v)))})"
+                     for k, v in sorted(by_kind.items()))
+
+
 def joined(words: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

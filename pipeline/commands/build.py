@@ -37,6 +37,7 @@ from proactivebench_builder.pipeline.commands.output_folder import (
     check_output_folder, check_reachable)
 from proactivebench_builder.pipeline.commands.tables import filter_table, summary_table
 from proactivebench_builder.pipeline.commands.validate import validate_folder
+from proactivebench_builder.pipeline.dataset_card import stand_in_summary
 from proactivebench_builder.pipeline.folder_lock import BuildLock
 from proactivebench_builder.pipeline.local_runs import (
     LOCAL_RUNNERS, configure_runner, local_workers_apart_from_ctrl_c, quiet_worker_logs,
@@ -160,6 +161,9 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
         filters = json.loads(fileio.read_bytes(fileio.join(output, FILTER_REPORT)))
         check_filter_errors(filters["scenarios"], output)
     print(summary_table(report["scenarios"]))
+    if report.get("stand_ins"):  # the console says what the card's title says
+        LOG.info("not the benchmark: %s (README: Regenerating the benchmark)",
+                 stand_in_summary(report["stand_ins"]))
     if config.selection.predictions and config.train_sources:
         unused = unused_confidences(output, report.get("files", []),
                                     config.selection.predictions)

@@ -99,17 +99,6 @@ def stand_ins(folder: str) -> dict:
     return report.get("stand_ins") or {}
 
 
-def stand_in_summary(found: dict) -> str:
-    """'miniature sources (changeit, coco); placeholders (mvpn, vsod)'"""
-    by_kind: dict[str, list[str]] = {}
-    for name, items in sorted(found.items()):
-        for item in items:
-            by_kind.setdefault(item.get("kind", "?"), []).append(name)
-    words = dataset_card.STAND_IN_WORDS
-    return "; ".join(f"{words.get(k, k)} ({', '.join(sorted(set(v)))})"
-                     for k, v in sorted(by_kind.items()))
-
-
 def check_stand_ins(args) -> None:
     """A toy or placeholder build must not reach the Hub under the benchmark's name unasked:
     refused for --repo_id (one line) unless --allow_stand_ins; a folder target, or a dry run,
@@ -117,7 +106,7 @@ def check_stand_ins(args) -> None:
     found = stand_ins(args.folder)
     if not found:
         return
-    what = (f"{args.folder} is not the benchmark: {stand_in_summary(found)}; its card and "
+    what = (f"{args.folder} is not the benchmark: {dataset_card.stand_in_summary(found)}; its card and "
             "reports/build.json say so")
     if args.repo_id and not args.dry_run and not args.allow_stand_ins:
         raise publish.PublishError(

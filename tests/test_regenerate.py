@@ -641,3 +641,17 @@ def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, releas
     counts, err = played("--all_records")
     assert counts == {ROD: 88, VSOD: 42 + len(VSOD_EXTRA_IDS) - 1}  # less the weak clip
     assert "playing every record of" in one_line(err) and "(--all_records)" in err
+
+
+def test_release_labels_notes_records_answering_with_placeholders(tmp_path, built_miniature,
+                                                                  capsys):
+    """Our own export's MVP-N records answer "Product 0000.": release_labels says they are not
+    the release's, before anything is written (issue 21, finding 9)."""
+    root = tmp_path / "sources"
+    for name in ("mvpn", "vsod"):
+        (root / name).mkdir(parents=True)
+    assert cli.main(["release_labels", "--release", os.path.join(built_miniature, "upstream"),
+                     "--sources_root", str(root), "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: 12 of 12 records answer with a placeholder (e.g. 'Product 0000.'): these are " \
+           "not the release's records" in out

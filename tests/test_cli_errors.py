@@ -578,3 +578,12 @@ def test_evaluate_shows_no_bar_when_asked_or_when_stderr_is_no_terminal(monkeypa
     assert runtime_cli.show_progress(args)
     monkeypatch.setattr(sys, "stderr", open(os.devnull, "w"))
     assert not runtime_cli.show_progress(args)
+
+
+def test_importing_a_missing_folder_says_no_such_folder(capsys, tmp_path):
+    code = build.main([f"--output={tmp_path / 'out'}", f"--import_upstream={tmp_path / 'nope'}",
+                       RUNNER])
+    line = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in line
+    assert f"--import_upstream {tmp_path / 'nope'}: no such folder" in line
+    assert not (tmp_path / "out").exists()

@@ -27,8 +27,9 @@ Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
 - a lock file (`core/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
   path, size and sha256 of every file) is compared when present: every file missing, added,
   resized or changed since it was recorded is a mismatch. `record_sources` writes it
-  (`--verify_sources --record`), only for a folder that meets every pin above, and checks the
-  published md5/sha256 of the downloads it hashes on the way.
+  (`--verify_sources --record`) only when every chosen folder meets every pin above (so a
+  failed run writes nothing), and checks the published md5/sha256 of the downloads it hashes
+  on the way.
 """
 from __future__ import annotations
 
@@ -75,25 +76,29 @@ def verify_source(name: str, root: str, manifest: dict, compare_lock: bool = Tru
 
 def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = None
                    ) -> tuple[list[str], list[str]]:
-    """`--verify_sources --record`: check every pin as `verify_sources` does, then write each
-    folder's lock file. Returns (problems, one summary line per lock written); a folder with a
-    problem gets no lock."""
-    problems, written = [], []
-    for name in sorted(sources):
-        manifest = manifests[name] if manifests and name in manifests else _packaged(name)
-        found = verify_source(name, sources[name], manifest, compare_lock=False)
-        if not found:
-            try:
-                lines, files, size = source_lock.record(sources[name], name,
-                                                        pins_by_path(manifest))
-            except OSError as err:  # a full disk, a read-only folder, a folder in its place
-                lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
-                         f"{err.strerror or err} (errno {err.errno})"]
-            found = [f"{name}: {line}" for line in lines]
-            if not found:
-                written.append(f"{name}: recorded {files} files ({size} bytes) in "
-                               f"{source_lock.lock_path(sources[name])}")
-        problems.extend(found)
+    """`--verify_sources --record`: check every pin of every folder as `verify_sources` does,
+    and only when all agree write each folder's lock file (a folder passing its pins while
+    another fails gets none: the user fixes the download and records again). Returns
+    (problems, one summary line per lock written). A published md5/sha256 that only hashing
+    the whole folder finds wrong stops that folder's lock alone; the lines say which were
+    written."""
+    chosen = {name: manifests[name] if manifests and name in manifests else _packaged(name)
+              for name in sorted(sources)}
+    problems = [line for name, manifest in chosen.items()
+                for line in verify_source(name, sources[name], manifest, compare_lock=False)]
+    if problems:
+        return problems, []
+    written = []
+    for name, manifest in chosen.items():
+        try:
+            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+        except OSError as err:  # a full disk, a read-only folder, a folder in its place
+            lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
+                     f"{err.strerror or err} (errno {err.errno})"]
+        problems.extend(f"{name}: {line}" for line in lines)
+        if not lines:
+            written.append(f"{name}: recorded {files} files ({size} bytes) in "
+                           f"{source_lock.lock_path(sources[name])}")
     return problems, written
 
 

@@ -28,12 +28,14 @@ import datetime
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import stat
 import sys
 import threading
 import urllib.parse
+from collections import Counter
 
 from tqdm import tqdm
 
@@ -44,6 +46,7 @@ from proactivebench_builder.core.download import STATE_DIR, Downloader, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.output_folder import check_can_write
+from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
 from proactivebench_builder.pipeline.fetch_plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.pipeline.progress import enabled
@@ -190,13 +193,23 @@ def check_mirror(mirror: str | None) -> None:
                          f"http://127.0.0.1:8000/mirror")
 
 
-def check_space(jobs: list, root: str) -> None:
-    """Refuse when the files whose sizes are published do not fit (archives count twice: they
-    are kept and extracted)."""
+def expected_size(spec, approx: dict) -> tuple[int | None, bool]:
+    """(bytes, whether approximate) of a file to fetch: its published size, else the
+    manifest's approximate one (ImageNet-C's publisher gives none in bytes), else (None, False)."""
+    if spec.size:
+        return spec.size, False
+    found = approx.get(spec.path)
+    return found, found is not None
+
+
+def check_space(jobs: list, root: str, approx: dict) -> None:
+    """Refuse when the files whose sizes are known (published, or approximate) do not fit
+    (archives count twice: they are kept and extracted)."""
     needed = 0
     for folder, spec in jobs:
-        if spec.size and not os.path.exists(os.path.join(folder, *spec.path.split("/"))):
-            needed += spec.size * (2 if spec.extract else 1)
+        size, _ = expected_size(spec, approx.get(folder, {}))
+        if size and not os.path.exists(os.path.join(folder, *spec.path.split("/"))):
+            needed += size * (2 if spec.extract else 1)
     if not needed:
         return
     existing = root
@@ -205,8 +218,8 @@ def check_space(jobs: list, root: str) -> None:
     free = shutil.disk_usage(existing).free
     if needed > free:
         raise UsageError(f"--sources_root {root}: the files to fetch need at least "
-                         f"{_size(needed)} (published sizes, archives counted with their "
-                         f"contents), {_size(free)} is free")
+                         f"{_size(needed)} (published or approximate sizes, archives counted "
+                         f"with their contents), {_size(free)} is free")
 
 
 # ---- the command -----------------------------------------------------------------------------
@@ -217,16 +230,18 @@ def fetch_command(argv: list[str]) -> int:
     check_mirror(args.mirror)
     plans = chosen(load_plans(), args.scenarios)
     root, folders = folders_of(args, plans)
-    jobs, owners = [], []
+    jobs, owners, approx = [], [], {}
     for name, source_plan in plans.items():
         for planned in source_plan.files:
             if args.no_train and planned.train_only:
                 continue
             jobs.append((folders[name], planned.spec))
             owners.append(name)
+            if planned.approx_size:
+                approx.setdefault(folders[name], {})[planned.spec.path] = planned.approx_size
     if args.dry_run:
-        return dry_run(plans, folders, jobs, owners, root, args.mirror)
-    check_space(jobs, root)
+        return dry_run(plans, folders, jobs, owners, root, args.mirror, approx)
+    check_space(jobs, root, approx)
     written = sorted({folder for folder, _ in jobs})  # not for manual-only sources: the build
     for folder in written:                             # names a missing folder
         make_source_folder(folder)
@@ -237,6 +252,9 @@ def fetch_command(argv: list[str]) -> int:
         outcomes = download(jobs, owners, args)
         lists = write_lists(plans, folders)
     failed = [o for o in outcomes if o.status == "failed"]
+    unreachable = unreachable_summary(failed)
+    if unreachable:
+        print(f"{PROG}: FAILED {unreachable}", file=sys.stderr)
     manual = print_manual_steps(plans, folders, root, lists)
     fetched = sum(o.status == "fetched" for o in outcomes)
     print(f"fetch: {fetched} fetched, {len(outcomes) - fetched - len(failed)} already in place "
@@ -246,12 +264,33 @@ def fetch_command(argv: list[str]) -> int:
         print(f"fetch: run the same command again to retry the {len(failed)} failed file(s); "
               f"finished files are skipped, partial ones resumed", file=sys.stderr)
         return 1
-    complete = [n for n, p in plans.items() if not p.manual]
-    if complete:
-        print(f"next: python run_pipeline.py --sources_root {root} --scenarios "
-              f"{','.join(complete)} --verify_sources --record (locks the size and sha256 of "
-              f"every file, then builds; later --verify_sources builds check them)")
+    when = " (once the manual steps above are done)" if manual else ""
+    print(f"\nnext{when}: {next_steps(plans, root)}")
     return 0
+
+
+# A download that could not reach its host: "<path>: cannot connect (<reason>; <url>) ...".
+CANNOT_CONNECT = re.compile(r"cannot connect \((?P<reason>.*); (?P<url>\S+)\)")
+
+
+def unreachable_host(outcome) -> str | None:
+    """The host a failed download could not connect to, None for any other outcome. Such
+    failures are said once for all (`unreachable_summary`): offline, every file fails alike."""
+    found = CANNOT_CONNECT.search(outcome.message) if outcome.status == "failed" else None
+    return (urllib.parse.urlsplit(found["url"]).hostname or found["url"]) if found else None
+
+
+def unreachable_summary(failed: list) -> str | None:
+    """'346 files: cannot connect to storage.googleapis.com (345), github.com (1) ...', one
+    line, or None when every failure reached its host."""
+    hosts = Counter(h for h in map(unreachable_host, failed) if h)
+    if not hosts:
+        return None
+    first = next(CANNOT_CONNECT.search(o.message)["reason"] for o in failed
+                 if unreachable_host(o))
+    return (f"{sum(hosts.values())} files: cannot connect to "
+            + ", ".join(f"{h} ({n})" for h, n in hosts.most_common())
+            + f" (no network, or the host is down? e.g. {first})")
 
 
 def make_source_folder(folder: str) -> None:
@@ -357,7 +396,7 @@ def download(jobs: list, owners: list, args) -> list:
             return
         name = owner_of[(outcome.folder, outcome.path)]
         with lock:
-            if outcome.status == "failed":
+            if outcome.status == "failed" and not unreachable_host(outcome):
                 message = outcome.message.removeprefix(f"{outcome.path}: ")
                 tqdm.write(f"{PROG}: FAILED {name}/{outcome.path}: {message}", file=sys.stderr)
             elif outcome.status == "fetched":
@@ -414,26 +453,41 @@ def print_manual_steps(plans: dict, folders: dict, root: str, lists: dict) -> in
         elif source_plan.manual_list:
             print(f"({source_plan.manual_list['write']} is written once the files it is made "
                   f"from are fetched)")
-    if shown:
-        print(f"\nThen lock what you have: python run_pipeline.py --sources_root {root} "
-              f"--scenarios {','.join(n for n, p in plans.items() if p.manual)} "
-              f"--verify_sources --record\n")
     return shown
 
 
-def dry_run(plans, folders, jobs, owners, root, mirror) -> int:
-    total, unknown = 0, 0
+def next_steps(plans: dict, root: str) -> str:
+    """What comes after fetching, as README's route 2 says (one line): the labels only the
+    release holds, for the scenarios that need them, then one build that verifies and locks
+    every fetched source (all of them, so none is left unrecorded) into its own --output."""
+    registered = load_scenarios()
+    needing = [n for n in plans if n in registered and needs_release_labels(registered[n])]
+    labels = (f"python run_pipeline.py release_labels --release RELEASE/test --sources_root "
+              f"{root} (the labels of {', '.join(needing)} exist only in the release's records; "
+              "README, Regenerating the benchmark), then " if needing else "")
+    return (f"{labels}python run_pipeline.py --sources_root {root} --scenarios "
+            f"{','.join(plans)} --verify_sources --record --output OUTPUT (locks the size and "
+            "sha256 of every file, then builds; later --verify_sources builds check them)")
+
+
+def dry_run(plans, folders, jobs, owners, root, mirror, approx: dict) -> int:
+    total, about, unknown = 0, 0, 0
     for (folder, spec), name in zip(jobs, owners):
         present = os.path.exists(os.path.join(folder, *spec.path.split("/")))
-        size = _size(spec.size) if spec.size else "size unknown"
-        if spec.size:
-            total += spec.size
-        else:
+        size, approximate = expected_size(spec, approx.get(folder, {}))
+        shown = ("size unknown" if size is None else
+                 f"~{_size(size)} (approximate)" if approximate else _size(size))
+        if size is None:
             unknown += 1
+        elif approximate:
+            about += size
+        else:
+            total += size
         extract = ", extract" if spec.extract else ""
         state = "present (verified when run)" if present else "to fetch"
-        print(f"{name}/{spec.path}: {state}, {size}{extract} <- {mirrored(spec.url, mirror)}")
+        print(f"{name}/{spec.path}: {state}, {shown}{extract} <- {mirrored(spec.url, mirror)}")
     print(f"fetch --dry_run: {len(jobs)} files, {_size(total)} published"
+          + (f" + ~{_size(about)} approximate" if about else "")
           + (f" + {unknown} of unknown size" if unknown else "") + "; nothing was downloaded")
     print_manual_steps(plans, folders, root, {})
     return 0

@@ -14,6 +14,8 @@ naming what changed and this file, instead of silently doing nothing (or the wro
   stderr as well as sending it to the launcher: shadow that print.
 - `beam_argument_parser`: Beam's own argparse subclass, so the build's parser of Beam flags
   behaves as Beam's does.
+- `local_runner(options)`: the FnApiRunner as the DirectRunner makes it, named outright so that
+  Beam does not first try its Prism runner.
 """
 from __future__ import annotations
 
@@ -99,3 +101,24 @@ def beam_argument_parser():
     """Beam's argparse subclass (private): the class `PipelineOptions` parses flags with."""
     _check("parsing Beam's flags as Beam does", pipeline_options, "_BeamArgumentParser")
     return pipeline_options._BeamArgumentParser
+
+
+def local_runner(options: pipeline_options.PipelineOptions):
+    """The runner of a local build: Beam's FnApiRunner, made as this release's DirectRunner makes
+    it when it falls back to it (the pipeline's options provisioned to the workers).
+
+    Named outright because the DirectRunner (the default runner) first tries the Prism runner:
+    where GitHub is reachable it downloads Prism's binary and runs the build there, a runner
+    this project never tested and that the patches above do not reach; offline it fails, falls
+    back, and leaves an empty /tmp/beam-temp* folder behind every build."""
+    # imported here, not above: portable_runner imports sdk_worker_main (see worker_processes)
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    _check("running a local build on the FnApiRunner", JobServiceHandle,
+           "encode_pipeline_options")
+    _check("running a local build on the FnApiRunner", fn_runner, "ExtendedProvisionInfo")
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))

@@ -1,6 +1,6 @@
 """Shared fixtures: miniature raw sources (written once per session, in each source's real
-layout) and a helper that runs a whole build on the FnApiRunner (the DirectRunner would first try
-to download the Prism runner)."""
+layout) and a helper that runs a whole build on the FnApiRunner (the runner every local build
+runs on: pipeline.beam_compat.local_runner)."""
 from __future__ import annotations
 
 import inspect

@@ -27,7 +27,7 @@ from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceE
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
-from proactivebench_builder.pipeline import failures, progress
+from proactivebench_builder.pipeline import beam_compat, failures, progress
 from proactivebench_builder.pipeline.allocator import return_freed_buffers
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.beam_flags import (
@@ -64,7 +64,8 @@ def run_pipeline(options: PipelineOptions, config: BuildConfig, local: bool,
     # record); elsewhere in the output, which every worker reaches
     config = config.replace(failures_dir=tempfile.mkdtemp(prefix="proactivebench-failures-")
                             if local else fileio.join(config.output, FAILURES))
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=beam_compat.local_runner(options) if local else None,
+                             options=options)
     _ = pipeline | "BuildBenchmark" >> BuildBenchmark(config, selection_inputs(config))
     debug = options.view_as(BuildOptions).debug
     try:

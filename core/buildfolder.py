@@ -202,6 +202,9 @@ _TRAIN_FIELDS = {f: _is_int for f in ("rows", "shards", "examples", "bytes")}
 _FILE_FIELDS = {"path": str, "bytes": int, "sha256": str, "config": str, "split": str,
                 "rows": int}
 _EXPORT_FIELDS = {"path": str, "bytes": int, "sha256": str, "config": str}
+_REPORT_FIELDS = {"path": str, "bytes": int, "sha256": str}
+_LISTS = {"files": _FILE_FIELDS, "upstream_files": _EXPORT_FIELDS,
+          "report_files": _REPORT_FIELDS}  # build.json's lists of files, by key
 
 
 def _field_problems(entry, fields: dict, where: str) -> list[str]:
@@ -244,7 +247,7 @@ def report_shape_problems(report: dict) -> list[str]:
             for name, entry in train_scenarios.items():
                 problems += _field_problems(entry, _TRAIN_SCENARIO_FIELDS,
                                             f"train scenario {name!r}")
-    for key, fields in (("files", _FILE_FIELDS), ("upstream_files", _EXPORT_FIELDS)):
+    for key, fields in _LISTS.items():
         entries = report.get(key, [])
         if not isinstance(entries, list):
             problems.append(f"{key!r} is not a list")
@@ -272,7 +275,7 @@ def listed(report: dict, key: str = "files") -> list[dict]:
     """The well-formed entries of build.json's `files` or `upstream_files` (the others are
     reported by `report_shape_problems`)."""
     entries = report.get(key)
-    fields = _FILE_FIELDS if key == "files" else _EXPORT_FIELDS
+    fields = _LISTS[key]
     if not isinstance(entries, list):
         return []
     return [e for e in entries if not _listed_entry_problems(e, fields, "")]
@@ -371,8 +374,9 @@ def digest_problems(folder: str, entries: list[dict]) -> list[str]:
 
 
 def shard_problems(folder: str, report: dict) -> list[str]:
-    """Every file build.json lists has the size and sha256 it records."""
-    return digest_problems(folder, listed(report, "files"))
+    """Every file build.json lists has the size and sha256 it records: the shards, and the
+    reports it names (dead letters, filter report; builds before these were listed name none)."""
+    return digest_problems(folder, listed(report, "files") + listed(report, "report_files"))
 
 
 # ---- the upstream export -------------------------------------------------------------------------
@@ -390,11 +394,13 @@ def upstream_problems(folder: str, report: dict) -> list[str]:
             return []
         return [f"{UPSTREAM_DIR}/: {BUILD_REPORT} records no digests of the export (written "
                 "by an older build); build again to check it"]
+    if not fileio.is_dir(upstream):
+        # the export is optional: a copy published without --with_upstream leaves it out and
+        # keeps build.json as it is; no reader finds an export there, so there is none to check
+        return []
     entries = listed(report, "upstream_files")
     names = {e["path"] for e in entries}
     problems = digest_problems(folder, entries)
-    if not fileio.is_dir(upstream):
-        return problems
     for name in fileio.list_names(upstream):
         path = f"{UPSTREAM_DIR}/{name}"
         if name.endswith(UPSTREAM_SUFFIX) and path not in names:
@@ -404,6 +410,12 @@ def upstream_problems(folder: str, report: dict) -> list[str]:
         problems += [p for p in special_files(folder, UPSTREAM_DIR)
                      if p.split(":", 1)[0] not in names]
     return problems
+
+
+def export_left_out(folder: str, report: dict) -> bool:
+    """build.json lists an upstream export that is not in the folder (a published copy)."""
+    return bool(report.get("upstream_files")) and not fileio.is_dir(
+        fileio.join(folder, UPSTREAM_DIR))
 
 
 def special_files(folder: str, relative: str) -> list[str]:

@@ -114,6 +114,7 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = self.normalise(sys.argv[1:] if args is None else list(args))
+        self.refuse_repeats(args)
         if self._subparsers is None:  # (a parent leaves its subcommand's flags to it)
             # An unknown flag first: it is often why a required one looks missing.
             unknown = [a for a in args if a.startswith("--") and a != "--"
@@ -124,6 +125,23 @@ class CommandParser(argparse.ArgumentParser):
         if extras:
             self.refuse(extras)
         return namespace, extras
+
+    def refuse_repeats(self, args: list[str]) -> None:
+        """Exit 2 when a flag that takes one value is given twice (argparse keeps the last one
+        silently: `--predictions a --predictions b` would filter by b alone). Repeatable flags
+        (--set, --source, --model, ...) and on/off switches are not counted."""
+        given: dict[argparse.Action, list[str]] = {}
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.partition("=")[0]
+            action = self._option_string_actions.get(flag) if arg.startswith("--") else None
+            if isinstance(action, argparse._StoreAction):  # argparse's plain 'store'
+                given.setdefault(action, []).append(flag)
+        for flags in given.values():
+            if len(flags) > 1:
+                self.error(f"{flags[0]} given {len(flags)} times; it takes one value (give it "
+                           "once)")
 
     def refuse(self, extras: list[str]) -> None:
         """Exit 2 naming the first unknown flag and the closest known one (or the first stray
@@ -165,6 +183,14 @@ def _number(kind, text: str, check, expected: str):
     if value != value or not check(value):  # value != value: NaN passes no range
         raise argparse.ArgumentTypeError(f"must be {expected}, got {text}")
     return value
+
+
+def non_empty(text: str) -> str:
+    """A value that must not be empty: an unset shell variable (`--predictions "$PRED"`) would
+    otherwise read as the flag not given and build another job."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def fraction(text: str) -> float:

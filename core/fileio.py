@@ -3,6 +3,7 @@
 so a reader (or a crashed run) never sees half a file under its final name."""
 from __future__ import annotations
 
+import codecs
 import errno
 import hashlib
 import itertools
@@ -268,16 +269,19 @@ def copy_atomic(source: str, target: str) -> None:
         raise
 
 
-def numbered_lines(handle, limit: int):
+def numbered_lines(handle, limit: int, skip_bom: bool = False):
     """(line number, the line's bytes) of a binary file, or (number, None) for a line over
     `limit` bytes, whose rest is skipped a block at a time: memory never holds more than
-    `limit` bytes of a line, whatever the file holds."""
+    `limit` bytes of a line, whatever the file holds. With `skip_bom`, a UTF-8 byte-order mark
+    opening the file is left out of line 1 (an editor's save of a JSONL file)."""
     number = 0
     while True:
         line = handle.readline(limit + 1)
         if not line:
             return
         number += 1
+        if skip_bom and number == 1 and line.startswith(codecs.BOM_UTF8):
+            line = line[len(codecs.BOM_UTF8):]
         if len(line) > limit and not line.endswith(b"\n"):
             while True:
                 rest = handle.readline(1 << 20)

@@ -76,7 +76,7 @@ def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
                          f"(at most {MAX_DRIVER_JSONL_BYTES:,} bytes are read)")
     found = []
     with fileio.open_source(url) as handle:  # a FIFO is refused, never waited on
-        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True):
             try:
                 record = json.loads(line)
             except (TypeError, ValueError, RecursionError):  # None (over-long), not JSON
@@ -158,7 +158,7 @@ def scan_records(folder: str, config: str, scenario_cls) -> dict:
     A line that is not a record is skipped here: the build makes it a dead letter."""
     scan = {"records": 0, "builder": 0, "placeholders": 0, "example": None}
     with fileio.open_source(fileio.join(folder, jsonl_name(config))) as handle:
-        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True):
             try:
                 record = json.loads(line)
             except (TypeError, ValueError, RecursionError):  # (None: an over-long line)
@@ -177,7 +177,7 @@ def template_folder(folder: str, config: str) -> str | None:
     """The folder the first record's image_template starts in (e.g. `MVP-N`), None when the
     template names no folder or no line is a record."""
     with fileio.open_source(fileio.join(folder, jsonl_name(config))) as handle:
-        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True):
             try:
                 template = json.loads(line).get("image_template")
             except (TypeError, ValueError, AttributeError, RecursionError):
@@ -312,7 +312,7 @@ class ReadRecords(beam.DoFn):
         scenario = self.config.config_to_scenario[config]
         url = fileio.join(self.config.import_upstream, jsonl_name(config))
         with fileio.open_source(url) as handle:
-            for number, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+            for number, line in fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True):
                 yield scenario, config, number, line
 
 

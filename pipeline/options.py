@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from proactivebench_builder.core.cli import fraction, positive_fraction, positive_int
+from proactivebench_builder.core.cli import fraction, non_empty, positive_fraction, positive_int
 
 DEFAULT_OUTPUT = "build/proactivebench"
 DEFAULT_MINIATURE_ROOT = "build/miniature_sources"
@@ -18,7 +18,7 @@ class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--output", default=DEFAULT_OUTPUT,
+            "--output", default=DEFAULT_OUTPUT, type=non_empty,
             help="Output folder or fsspec URL (default: %(default)s).")
         parser.add_argument(
             "--sources_root", default=None,
@@ -41,11 +41,11 @@ class BuildOptions(PipelineOptions):
             "--seed", type=int, default=0,
             help="Global seed; every random choice derives from (seed, scenario, key).")
         parser.add_argument(
-            "--predictions", default=None,
+            "--predictions", default=None, type=non_empty,
             help="Stored first-round predictions (Parquet, JSONL or CSV, any fsspec URL) for the "
                  "leakage filter.")
         parser.add_argument(
-            "--keep_list", default=None,
+            "--keep_list", default=None, type=non_empty,
             help="'released' (the published kept ids) or a JSON file of kept ids per config; "
                  "only valid on an imported upstream release.")
         parser.add_argument(
@@ -60,7 +60,7 @@ class BuildOptions(PipelineOptions):
             help="Judge each sample by the models that answered it, instead of requiring every "
                  "model to cover every sample of a config.")
         parser.add_argument(
-            "--import_upstream", default=None, metavar="DIR",
+            "--import_upstream", default=None, metavar="DIR", type=non_empty,
             help="Build from an upstream release folder (<config>_preprocessed.jsonl plus its "
                  "image folders) instead of the raw sources, keeping upstream's ids.")
         parser.add_argument(

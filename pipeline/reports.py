@@ -4,6 +4,7 @@ complete files by the time it runs, and it removes shard files and exported file
 left behind. build.json lists every shard and every exported file with its size and sha256."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter, defaultdict
@@ -108,7 +109,8 @@ class WriteReports(beam.DoFn):
 
         dead = sorted(dead, key=lambda v: (v["scenario"], v["path"], v["reason"], v["key"]))
         dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
-        fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), dead_text.encode("utf-8"))
+        written = {DEAD_LETTERS: dead_text.encode("utf-8")}  # reports build.json covers
+        fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), written[DEAD_LETTERS])
 
         stand_ins = {report[n]["config"]: items  # (a scenario that made nothing has no config)
                      for n, items in dataset_card.stand_ins_of(report).items()
@@ -116,14 +118,17 @@ class WriteReports(beam.DoFn):
         exported = self._write_export(output, values, stand_ins)
         rebuilt = [config for config, n in c.config_to_scenario.items() if n in c.scenarios]
         self._remove_stale_shards(output, shards, rebuilt)
-        fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT),
-                                  _json({"settings": c.selection.as_dict(), "scenarios": filters}))
+        written[FILTER_REPORT] = _json({"settings": c.selection.as_dict(), "scenarios": filters})
+        fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT), written[FILTER_REPORT])
         files = sorted(files, key=lambda f: f["path"])
         # "building" until the launcher has checked the build and records "ok" or "failed"
         # (core.buildfolder): nothing trusts a folder whose build did not get that far
         build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
                  "upstream_export": bool(c.export_upstream), "upstream_files": exported,
-                 "status": "building", "stand_ins": dataset_card.stand_ins_of(report)}
+                 "status": "building", "stand_ins": dataset_card.stand_ins_of(report),
+                 "report_files": [{"path": path, "bytes": len(data),
+                                   "sha256": hashlib.sha256(data).hexdigest()}
+                                  for path, data in sorted(written.items())]}
         extra_configs = []
         if train is not None:
             build["train"] = train

@@ -109,6 +109,9 @@ def check_data(data: str) -> None:
             raise UsageError(f"--data {data}: " + problems[0] + (
                 f" (and {len(problems) - 1} more problems; run_pipeline.py validate "
                 f"{data} lists them)" if len(problems) > 1 else ""))
+    elif os.path.lexists(data) and not os.path.isdir(data):
+        raise UsageError(f"--data {data}: not a folder (give a built folder, an upstream-layout "
+                         "folder or a Hub dataset id OWNER/NAME)")
     elif (os.path.lexists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
           or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
         raise UsageError(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
@@ -460,7 +463,7 @@ def upstream_lines(data_dir: str, config: str) -> Iterator[tuple[int, bytes | No
     except OSError as err:
         raise UsageError(f"--data {data_dir}: {name}: {_os_reason(err)}") from None
     with handle:
-        yield from fileio.numbered_lines(handle, MAX_LINE_BYTES)
+        yield from fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True)
 
 
 def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None,

@@ -29,8 +29,11 @@ def refused_build(capsys, tmp_path, *args: str, scenarios: str = "quickdraw") ->
     root does not exist: a build that got past the check would stop there, naming it instead."""
     output = str(tmp_path / "out")
     try:
-        code = main_command.main([f"--output={output}", f"--sources_root={tmp_path}/nosources",
-                                  f"--scenarios={scenarios}", RUNNER, *args])
+        given = {arg.partition("=")[0] for arg in args}  # a flag may be given once
+        defaults = [f for f in (f"--output={output}", f"--sources_root={tmp_path}/nosources",
+                                f"--scenarios={scenarios}", RUNNER)
+                    if f.partition("=")[0] not in given]
+        code = main_command.main([*defaults, *args])
     except SystemExit as stopped:  # argparse's own one-line error for a flag's value
         code = stopped.code
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

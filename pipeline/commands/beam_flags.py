@@ -4,6 +4,7 @@ before any work; an unknown runner refused by name."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -68,6 +69,7 @@ def parse_build_flags(argv: list[str]) -> list[str]:
     Beam unchecked and unchanged: a runner's service may take options this Beam release does not
     declare (Dataflow forwards them to the job)."""
     argv = list(argv)
+    check_utf8(argv)
     head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
         else (argv, [])
     parser = beam_flags_parser(head)
@@ -75,6 +77,23 @@ def parse_build_flags(argv: list[str]) -> list[str]:
     values = parser.parse_args(head)  # exits 2 with one line on an unknown flag or a bad value
     check_worker_count(getattr(values, "direct_num_workers", None))
     return head + tail
+
+
+def check_utf8(argv: list[str]) -> None:
+    """Every argument must be UTF-8 text: Beam hands the pipeline's options to its runner and
+    workers as UTF-8 (a protobuf Struct), so a path holding other bytes (Python keeps them as
+    surrogate escapes) would end the build in a UnicodeEncodeError after it started."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            flag = arg.partition("=")[0] if arg.startswith("--") else (
+                argv[i - 1] if i and argv[i - 1].startswith("--") else "an argument")
+            value = arg.partition("=")[2] if arg.startswith("--") else arg
+            shown = os.fsencode(value).decode("utf-8", "backslashreplace")
+            raise UsageError(f"{flag}: '{shown}' is not UTF-8 text, which Beam needs to hand "
+                             "the build's options to its workers (rename the file or folder, "
+                             "or link to it under a UTF-8 name)") from None
 
 
 # Each local worker is a process of its own (~100-200 MB before any data); the build's work is

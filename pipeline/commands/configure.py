@@ -87,7 +87,7 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     overrides = {}
     for item in opts.source:
         name, sep, url = item.partition("=")
-        if not sep:
+        if not sep or not url.strip():
             raise UsageError(f"--source expects SCENARIO=URL, got {item!r}")
         if name not in scenarios:
             registered = load_scenarios()
@@ -167,6 +167,8 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
                 data_file_problem(scenarios[name], manifest, parameter, parsed)
         if problem:
             raise SystemExit(f"--set {name}.{parameter}: {problem} {see}")
+        if parameter in overrides.get(name, {}):
+            raise SystemExit(f"--set {name}.{parameter} given twice; give each parameter once")
         overrides.setdefault(name, {})[parameter] = parsed
     for name, values in sorted(overrides.items()):
         manifest = manifest_of(name)

@@ -46,6 +46,7 @@ from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.pipeline.commands.output_folder import check_can_write
 from proactivebench_builder.pipeline.commands.validate import (
     declared_behaviour, iter_rows, row_problems, unregistered_problem)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
@@ -448,6 +449,8 @@ def inspect_command(argv: list[str]) -> int:
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
     out = args.out or fileio.join(args.dir.rstrip("/"), "inspect")
+    if fileio.is_local(out):
+        check_can_write("--out", out, fileio.local_path(out))
     problems = buildfolder.folder_problems(args.dir)
     warning = ""
     if problems:

@@ -21,14 +21,14 @@ def dispatch(argv: list[str]) -> int:
     commands = subcommands()
     if argv and argv[0] in commands:
         return commands[argv[0]][0](argv[1:])
-    if any(arg in ("-h", "--help") for arg in argv):
-        help_parser({name: text for name, (_, text) in commands.items()}).print_help()
-        return 0
-    if argv and not argv[0].startswith("-"):
+    if argv and not argv[0].startswith("-"):  # before --help: `valdate --help` is a typo
         guess = closest(argv[0], commands)
         hint = f"; did you mean {guess}?" if guess else ""
         print(f"{PROG}: error: unknown subcommand {argv[0]!r}{hint} (subcommands: "
               f"{', '.join(sorted(commands))}; build flags start with --)", file=sys.stderr)
         return 2
+    if any(arg in ("-h", "--help") for arg in argv):
+        help_parser({name: text for name, (_, text) in commands.items()}).print_help()
+        return 0
     run_build(argv)
     return 0

@@ -42,7 +42,7 @@ from proactivebench_builder.core import buildfolder, fileio, vocabulary
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
-    TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
+    BUILD_REPORT, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
 from proactivebench_builder.core.records import INT_COLUMNS, arrow_schema, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
@@ -290,6 +290,7 @@ class FolderValidator:
         self.decode_frames = decode_frames
         self.check_status = check_status  # the build's own final check runs before its status
         self.problems: list[str] = []
+        self.report: dict | None = None  # build.json, once read
         self.rows: dict[tuple[str, str], int] = defaultdict(int)
         self.ids_by_key: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         self.ids: dict[tuple[str, str], set[int]] = defaultdict(set)
@@ -309,6 +310,7 @@ class FolderValidator:
                                                         buildfolder.train_shards(self.root))
                               + buildfolder.upstream_problems(self.root, report))
         report, problems = buildfolder.check_build_report(self.root)
+        self.report = report
         self.problems += problems
         folders = buildfolder.shard_folders(self.root)
         if not folders:
@@ -496,6 +498,10 @@ def validate_command(argv: list[str]) -> int:
     if not problems:
         print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} config splits match the "
               "record contract")
+        if isinstance(validator.report, dict) and buildfolder.export_left_out(args.dir,
+                                                                              validator.report):
+            print(f"note: the upstream export {BUILD_REPORT} lists is not in this folder (a "
+                  "copy published without --with_upstream): not checked")
         return 0
     for problem in problems[:MAX_PRINTED]:
         print(problem)

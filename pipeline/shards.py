@@ -38,8 +38,11 @@ class AssignIdsAndShards(beam.DoFn):
         self.config = config
 
     def process(self, element):
-        with failures.recorded(self.config.failures_dir):
-            yield from self.assign(*element)
+        name, values = element
+        with failures.recorded(self.config.failures_dir), \
+                progress.timed(self.config.progress_dir, "pool",
+                               "train" if name == TRAIN_POOL else name):
+            yield from self.assign(name, [results.unpacked(v) for v in values])
 
     def assign(self, name, values):
         if name == TRAIN_POOL:
@@ -191,8 +194,13 @@ class WriteShard(beam.DoFn):
     def process(self, element):
         key, rows = element
         shard = results.ShardKey(*key)
-        with failures.recorded(self.config.failures_dir):  # e.g. a full disk
-            yield from self.write(shard, rows)
+        rows = [results.unpacked(r) for r in rows]
+        with failures.recorded(self.config.failures_dir), \
+                progress.timed(self.config.progress_dir, "write", shard.scenario or "train") as t:
+            for value in self.write(shard, rows):  # e.g. a full disk
+                if isinstance(value, results.ShardWritten):
+                    t.add_bytes(value.bytes)
+                yield value
         progress.report(self.config.progress_dir, progress.WRITTEN, shard.scenario or "train")
 
     def finish_bundle(self):

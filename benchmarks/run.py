@@ -54,6 +54,10 @@ def parse_args(argv):
                              "(default: %(default)s).")
     parser.add_argument("--workers", type=int, default=2,
                         help="--direct_num_workers of the build (default: %(default)s).")
+    parser.add_argument("--replan", action="store_true",
+                        help="Make the frame plan of each corpus again (it is cached in the "
+                             "workdir, keyed by the corpus; a plan whose sample counts differ "
+                             "from a build's is reported as a mismatch).")
     parser.add_argument("--no_profile", action="store_true",
                         help="Run the build as run_pipeline.py alone, without the per-stage "
                              "profile's recorders (benchmarks/stage_profile.py).")
@@ -83,6 +87,7 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
     log("corpus ...")
     root = corpus.ensure_corpus(args.workdir, fraction, settings)
     log(f"corpus at {root}; planning frames ...")
+    floor.REPLAN = args.replan
     plan = floor.cached_plan(args.workdir, root, sources_of(root))
     counts = floor.frame_counts(plan)
     frames = sum(c["frames"] + c["train_frames"] for c in counts.values())

@@ -11,6 +11,14 @@ import dataclasses
 from dataclasses import dataclass, field
 
 NO_FILTER, PREDICTIONS, KEEP_LIST = "none", "predictions", "keep_list"
+# No network while building: a build reads local paths and storage URLs (gs://, s3://, ...);
+# what lives behind these schemes is downloaded first (`run_pipeline.py fetch` for sources).
+NETWORK_SCHEMES = ("http://", "https://", "ftp://", "sftp://", "ssh://")
+
+
+def network_url(url: str) -> bool:
+    """Whether reading `url` would download it (a scheme the build does not read)."""
+    return url.strip().lower().startswith(NETWORK_SCHEMES)
 BUILT = "built"  # the origin of a pool built from the raw sources (else "upstream:<sha256>")
 
 

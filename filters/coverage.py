@@ -24,6 +24,7 @@ from proactivebench_builder.core.layout import UNFILTERED, report_url
 from proactivebench_builder.filters.predictions import PredictionsError, sample_ref
 
 EXAMPLES = 3  # example keys shown per scenario
+MAX_REPORT_BYTES = 256 << 20  # a previous build's report (one entry per shard and scenario)
 
 
 class CoverageError(PredictionsError):
@@ -136,30 +137,42 @@ def previous_pools(config: BuildConfig) -> dict[str, dict]:
     {"keys", "ids": key -> id, "required": keys the filter judges}. Anything unreadable or
     different means no pool: the pool step checks instead."""
     output = config.output
-    try:
-        build = json.loads(fileio.read_bytes(report_url(output)))
-    except (OSError, ValueError):
-        return {}
-    old, new = build.get("stamp") or {}, config.stamp
-    if any(old.get(k) != new.get(k) for k in ("code_version", "seed", "origin")):
+    build = _previous_report(output)
+    old, new = _mapping(build.get("stamp")), config.stamp
+    if not old or any(old.get(k) != new.get(k) for k in ("code_version", "seed", "origin")):
         return {}
     pools = {}
     for name in config.scenarios:
         same = (
-            (build.get("sources") or {}).get(name) == config.sources.get(name)
-            and (old.get("manifests") or {}).get(name) == new["manifests"].get(name)
-            and (old.get("parameter_overrides") or {}).get(name)
+            _mapping(build.get("sources")).get(name) == config.sources.get(name)
+            and _mapping(old.get("manifests")).get(name) == new["manifests"].get(name)
+            and _mapping(old.get("parameter_overrides")).get(name)
             == new["parameter_overrides"].get(name))
-        entry = (build.get("scenarios") or {}).get(name) or {}
+        entry = _mapping(_mapping(build.get("scenarios")).get(name))
         if not same or not entry.get("config"):
             continue
-        paths = [f["path"] for f in build.get("files", [])
-                 if f.get("config") == entry["config"] and f.get("split") == UNFILTERED]
+        files = build.get("files") if isinstance(build.get("files"), list) else []
+        paths = [f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)
+                 and f.get("config") == entry["config"] and f.get("split") == UNFILTERED]
         try:
             pools[name] = _read_pool(output, paths)
         except Exception:  # noqa: BLE001 - a damaged previous build: the pool step checks
             continue
     return pools
+
+
+def _previous_report(output: str) -> dict:
+    """The output folder's reports/build.json as a mapping, {} when it is absent or unusable
+    (it is only a shortcut here: without it, the pool step checks)."""
+    try:
+        report = json.loads(fileio.read_bytes(report_url(output), limit=MAX_REPORT_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return _mapping(report)
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _read_pool(output: str, paths: list[str]) -> dict:

@@ -23,15 +23,16 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import results
 from proactivebench_builder.core.config import KEEP_LIST, PREDICTIONS, BuildConfig, Selection
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.filters import coverage
 from proactivebench_builder.filters.predictions import (
-    PredictionsError, read_predictions, sample_ref)
+    PredictionsError, closest_config_hint, read_input, read_predictions, sample_ref)
 
 RELEASED = "released"
 RELEASED_FILE = "released_keep_list.json"
+MAX_KEEP_LIST_BYTES = 64 << 20  # the released list is ~60 kB: ids of 7,557 samples
 
 
 class KeepListError(ValueError):
@@ -66,12 +67,54 @@ def input_transform(config: BuildConfig):
 
 def load_keep_list(spec: str) -> dict[str, set[int]]:
     """`released` (the published kept ids, carried with their provenance) or a JSON file
-    mapping config -> ids (or holding such a mapping under `kept_ids`)."""
-    data = load_data_file(RELEASED_FILE) if spec == RELEASED else json.loads(fileio.read_bytes(spec))
-    data = data.get("kept_ids", data)
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-        raise KeepListError(f"keep-list {spec!r}: expected {{config: [ids]}}")
-    return {config: {int(i) for i in ids} for config, ids in data.items()}
+    mapping config -> ids (or holding such a mapping under `kept_ids`); a KeepListError naming
+    the file and what is wrong otherwise."""
+    if spec == RELEASED:
+        data = load_data_file(RELEASED_FILE)
+    else:
+        raw = read_input(spec, "keep list", MAX_KEEP_LIST_BYTES, KeepListError)
+        try:
+            data = json.loads(raw)
+        except ValueError as err:  # not JSON, not UTF-8
+            raise KeepListError(f"keep-list {spec}: not JSON ({err})") from None
+        except RecursionError:
+            raise KeepListError(f"keep-list {spec}: not JSON of a usable shape (nested too "
+                                "deeply)") from None
+    if isinstance(data, dict) and "kept_ids" in data:
+        data = data["kept_ids"]
+    if not isinstance(data, dict):
+        raise KeepListError(f"keep-list {spec}: expected a mapping {{config: [ids]}}, got "
+                            f"{type(data).__name__}")
+    kept = {}
+    for config, ids in data.items():
+        if not isinstance(ids, list):
+            raise KeepListError(f"keep-list {spec}: {config!r}: expected a list of ids, got "
+                                f"{type(ids).__name__}")
+        for i in ids:  # 0.9 and true were kept as ids 0 and 1; null and 1e400 a traceback
+            if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+                raise KeepListError(f"keep-list {spec}: {config!r}: id {i!r} is not a sample id "
+                                    "(an integer, 0 or more)")
+        kept[config] = set(ids)
+    return kept
+
+
+def keep_list_problem(spec: str, kept: dict, configs: list[str],
+                      aliases: dict[str, str]) -> str | None:
+    """What makes keep list `kept` unusable for a pool of `configs`, or None: a config no
+    registered scenario has (its ids would be ignored), or a config of the pool it does not
+    list (every sample of it would be dropped without a word; list it with [] to mean that).
+    `aliases`: every name a user may give for a config, lower case -> the config."""
+    known = set(aliases.values())
+    unknown = sorted(c for c in kept if c not in known)
+    if unknown:
+        return (f"keep-list {spec}: config {unknown[0]!r} is no registered scenario's"
+                + closest_config_hint(unknown[0], aliases) + f" (known: {', '.join(sorted(known))})")
+    absent = [c for c in configs if c not in kept]
+    if absent:
+        return (f"keep-list {spec}: no ids for {', '.join(absent)}, which this build imports: "
+                "every sample of it would be dropped (list it, with [] to drop them all, or "
+                "leave it out with --scenarios)")
+    return None
 
 
 def released_counts() -> dict[str, int]:

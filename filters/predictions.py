@@ -35,10 +35,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.cli import closest
+from proactivebench_builder.core.config import network_url
 
 SCHEMA_VERSION = 1
 REQUIRED = ("model", "config", "correct")
@@ -47,6 +51,10 @@ OPTIONAL = ("schema_version", "key", "id", "answer_text", "chosen_option", "spli
 TEST_SPLIT, TRAIN_SPLIT = "test", "train"
 # the released train split's confidence columns, by the model family whose name fills them
 CONFIDENCE_FAMILIES = ("qwen", "llava")
+# Memory is bounded by these, never by what a file holds or claims: the released benchmark's
+# predictions are ~30 MB for 7 models; a file above the cap is refused, not read.
+MAX_BYTES = 512 << 20
+MAX_ROWS = 20_000_000
 
 
 class PredictionsError(ValueError):
@@ -68,54 +76,114 @@ def read_predictions(url: str, split: str | None = TEST_SPLIT) -> list[dict]:
 def read_all_predictions(url: str) -> list[dict]:
     """Every row of a predictions file, normalised and validated on its own."""
     lower = url.lower()
-    try:
-        data = fileio.read_bytes(url)
-    except FileNotFoundError:
-        raise PredictionsError(f"predictions file not found: {url}") from None
+    if not lower.endswith((".parquet", ".jsonl", ".json", ".csv")):
+        raise PredictionsError(f"{url}: unknown predictions format (use .parquet, .jsonl or .csv)")
+    data = read_input(url, "predictions file", MAX_BYTES, PredictionsError)
     if lower.endswith(".parquet"):
-        rows = pq.read_table(io.BytesIO(data)).to_pylist()
+        rows = _parquet_rows(data, url)
     elif lower.endswith((".jsonl", ".json")):
         rows = _json_lines(data, url)
-    elif lower.endswith(".csv"):
-        rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
     else:
-        raise PredictionsError(f"{url}: unknown predictions format (use .parquet, .jsonl or .csv)")
+        rows = _csv_rows(data, url)
     if not rows:
         raise PredictionsError(f"{url}: the predictions file is empty")
-    normalised = [_normalise(row, url, n) for n, row in enumerate(rows, start=1)]
+    normalised = [_normalise(row, f"{url}: {where}") for where, row in rows]
     _check_duplicates(normalised, url)
     return normalised
 
 
-def _json_lines(data: bytes, url: str) -> list[dict]:
+def read_input(url: str, what: str, limit: int, error: type) -> bytes:
+    """The bytes of a user's input file (predictions, a keep list): a regular file or a storage
+    URL, at most `limit` bytes; anything else is `error` naming it."""
+    if network_url(url):
+        raise error(f"{url}: a build reads its {what} from a file or a storage URL (gs://, s3://, "
+                    "...), not over the network: download it first")
+    try:
+        return fileio.read_bytes(url, limit=limit)
+    except FileNotFoundError:
+        raise error(f"{what} not found: {url}") from None
+    except fileio.FileTooLarge:
+        raise error(f"{url}: larger than the {limit:,} bytes a {what} may hold") from None
+    except OSError as err:  # a FIFO, a device, a folder, permissions
+        raise error(f"{url}: {err.strerror or err}") from None
+    except (ImportError, ValueError) as err:  # fsspec: an unknown protocol or its missing package
+        raise error(f"{url}: cannot be read ({' '.join(str(err).split())[:200]})") from None
+
+
+def _text(data: bytes, url: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise PredictionsError(f"{url}: not UTF-8 text (byte {err.start})") from None
+
+
+def _json_lines(data: bytes, url: str) -> list[tuple[str, dict]]:
     rows = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for n, line in enumerate(_text(data, url).splitlines(), start=1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise PredictionsError(f"{url}:{n}: not a JSON line ({err})") from None
+                raise PredictionsError(f"{url}: line {n}: not a JSON line ({err})") from None
+            except RecursionError:
+                raise PredictionsError(f"{url}: line {n}: nested too deeply") from None
+            if not isinstance(row, dict):
+                raise PredictionsError(f"{url}: line {n}: not a JSON object but "
+                                       f"{type(row).__name__}")
+            rows.append((f"line {n}", row))
     return rows
 
 
-def _normalise(row: dict, url: str, n: int) -> dict:
-    where = f"{url}: row {n}"
+def _csv_rows(data: bytes, url: str) -> list[tuple[str, dict]]:
+    # newline="": the csv module reads CR, LF and CRLF line ends, and line breaks inside quotes
+    reader = csv.DictReader(io.StringIO(_text(data, url), newline=""))
+    rows = []
+    try:
+        for row in reader:
+            where = f"line {reader.line_num}"
+            if None in row:  # DictReader files the fields beyond the header under None
+                raise PredictionsError(f"{url}: {where}: more fields than the header has")
+            rows.append((where, row))
+    except csv.Error as err:
+        raise PredictionsError(f"{url}: the row after line {reader.line_num}: {err}") from None
+    return rows
+
+
+def _parquet_rows(data: bytes, url: str) -> list[tuple[str, dict]]:
+    try:
+        parquet = pq.ParquetFile(io.BytesIO(data))
+        if parquet.metadata.num_rows > MAX_ROWS:
+            raise PredictionsError(f"{url}: {parquet.metadata.num_rows:,} rows, more than the "
+                                   f"{MAX_ROWS:,} a predictions file may hold")
+        table = parquet.read(columns=[c for c in parquet.schema_arrow.names
+                                      if c in REQUIRED + OPTIONAL])
+    except (pa.ArrowException, OSError, ValueError) as err:
+        if isinstance(err, PredictionsError):
+            raise
+        raise PredictionsError(f"{url}: not a readable Parquet file "
+                               f"({' '.join(str(err).split())[:200]})") from None
+    return [(f"row {n}", row) for n, row in enumerate(table.to_pylist(), start=1)]
+
+
+def _normalise(row: dict, where: str) -> dict:
     missing = [c for c in REQUIRED if row.get(c) in (None, "")]
     if missing:
         raise PredictionsError(f"{where}: missing {missing}")
-    key, sample_id = row.get("key") or None, row.get("id")
-    if key is None and sample_id in (None, ""):
+    key, sample_id = row.get("key"), row.get("id")
+    if key in (None, "") and sample_id in (None, ""):
         raise PredictionsError(f"{where}: names no sample (give `key` or `id`)")
     version = row.get("schema_version")
-    if version not in (None, "", SCHEMA_VERSION, str(SCHEMA_VERSION)):
+    if version not in (None, "") and str(version) != str(SCHEMA_VERSION) \
+            or isinstance(version, (bool, float)):
         raise PredictionsError(f"{where}: schema_version {version!r}; this builder reads "
                                f"version {SCHEMA_VERSION}")
     split = row.get("split") or TEST_SPLIT
     if split not in (TEST_SPLIT, TRAIN_SPLIT):
         raise PredictionsError(f"{where}: split {split!r} (expected {TEST_SPLIT} or "
                                f"{TRAIN_SPLIT})")
-    return {"model": str(row["model"]), "config": str(row["config"]),
-            "key": None if key is None else str(key),
+    return {"model": _string(row["model"], "model", where),
+            "config": _string(row["config"], "config", where),
+            "key": None if key in (None, "") else _string(key, "key", where),
             "id": None if sample_id in (None, "") else _integer(sample_id, where),
             "correct": _boolean(row["correct"], where), "split": split,
             "confidence": _confidence(row.get("confidence"), where),
@@ -185,22 +253,57 @@ def train_confidences(url: str) -> dict[tuple[str, str], dict]:
     return found
 
 
+def _string(value, column: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise PredictionsError(f"{where}: {column}={value!r} is not a string")
+    return value
+
+
 def _integer(value, where: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise PredictionsError(f"{where}: id {value!r} is not an integer") from None
+    """A sample id: an integer (a CSV's digits); never a float (1.9 was read as 1) or a bool."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PredictionsError(f"{where}: id {value!r} is not a sample id (an integer, 0 or more)")
+    return value
 
 
 def _boolean(value, where: str) -> bool:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
+    if isinstance(value, int) and value in (0, 1) or isinstance(value, str):
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
     raise PredictionsError(f"{where}: correct={value!r} is not a boolean")
+
+
+def unknown_configs_problem(rows: list[dict], url: str, aliases: dict[str, str]) -> str | None:
+    """Rows naming a config no registered scenario has, as one line naming the closest known
+    one, or None. Such rows would be ignored: the samples they were meant for would be judged
+    by fewer models, or not at all, without a word. `aliases`: every name a user may give for a
+    config, lower case -> the config."""
+    known = sorted(set(aliases.values()))
+    counts = Counter(r["config"] for r in rows if r["config"] not in known)
+    if not counts:
+        return None
+    config, n = sorted(counts.items())[0]
+    others = f" (and {len(counts) - 1} other unknown configs)" if len(counts) > 1 else ""
+    return (f"{url}: {n} {'row names' if n == 1 else 'rows name'} config {config!r}, which no "
+            f"registered scenario has{others}" + closest_config_hint(config, aliases)
+            + f" (known: {', '.join(known)})")
+
+
+def closest_config_hint(name: str, aliases: dict[str, str]) -> str:
+    """'; did you mean 'QuickDraw'?' for a config misspelt or given by another name, else ''."""
+    guess = aliases.get(name.strip().lower())
+    if guess is None:
+        by_lower = {c.lower(): c for c in aliases.values()}
+        found = closest(name.strip().lower(), by_lower)
+        guess = by_lower[found] if found else None
+    return f"; did you mean {guess!r}?" if guess else ""
 
 
 def sample_ref(row: dict) -> str:
@@ -215,5 +318,5 @@ def _check_duplicates(rows: list[dict], url: str) -> None:
             dupes.append(ident)
         seen.add(ident)
     if dupes:
-        shown = ", ".join(f"{m} / {c} / {s}" for m, c, _, s in dupes[:5])
+        shown = ", ".join(f"{m!r} / {c!r} / {s!r}" for m, c, _, s in dupes[:5])
         raise PredictionsError(f"{url}: {len(dupes)} duplicate model x sample rows, e.g. {shown}")

@@ -9,13 +9,15 @@ the message says how to remove it when its build is known to be dead."""
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import socket
+import stat
 import sys
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import FolderLocked
+from proactivebench_builder.core.errors import FolderLocked, OutputError
 from proactivebench_builder.core.layout import LOCK
 
 
@@ -23,6 +25,16 @@ def _holder() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(),
             "command": " ".join(sys.argv)[:300],
             "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _holder_of(raw: bytes) -> dict:
+    """Who holds the lock, as its file says; {} when it says nothing usable (the file is
+    anyone's to write: a list or a deeply nested value is no holder, not a traceback)."""
+    try:
+        holder = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 def _describe(holder: dict) -> str:
@@ -38,6 +50,30 @@ def _pid_alive(pid) -> bool:
     except (PermissionError, TypeError, ValueError):
         return True
     return True
+
+
+def _open_lock_file(path: str) -> int:
+    """A descriptor of the regular file `path`, created when absent. The lock file is truncated
+    and written: a symbolic link there would have its target overwritten, so a link is never
+    followed (O_NOFOLLOW), and a FIFO, device or folder is refused by its kind (opened without
+    blocking, checked on the descriptor)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP or os.path.islink(path):
+            raise OutputError(f"{path} is a symbolic link; a build's lock file must be a regular "
+                              "file (remove the link and build again)") from None
+        raise OutputError(f"{path}: {err.strerror or err} (errno {err.errno}); a build's lock "
+                          "file must be a regular file") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise OutputError(f"{path} is {kind}; a build's lock file must be a regular file "
+                          "(remove it and build again)")
+    os.set_blocking(fd, True)
+    return fd
 
 
 class BuildLock:
@@ -64,14 +100,11 @@ class BuildLock:
         import fcntl
 
         os.makedirs(fileio.local_path(self.output), exist_ok=True)
-        fd = os.open(fileio.local_path(self.url), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(fileio.local_path(self.url))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            except ValueError:
-                holder = {}
+            holder = _holder_of(os.pread(fd, 4096, 0))
             os.close(fd)
             raise FolderLocked(f"{self.output} is being written by another build: "
                                f"{_describe(holder)}") from None
@@ -82,8 +115,8 @@ class BuildLock:
     def _lock_marker(self) -> None:
         if fileio.exists(self.url):
             try:
-                holder = json.loads(fileio.read_bytes(self.url))
-            except ValueError:
+                holder = _holder_of(fileio.read_bytes(self.url, limit=4096))
+            except fileio.FileTooLarge:
                 holder = {}
             stale = holder.get("host") == socket.gethostname() and not _pid_alive(holder.get("pid"))
             if not stale:

@@ -10,9 +10,14 @@ behaviour, short names, aliases and order, upstream's keyword table, the probe's
 A scenario module outside this package becomes visible in one of two ways (README, "Adding a
 scenario"); either way its manifest `<name>.yaml` sits in the same folder as the module:
 - the environment variable `PROACTIVEBENCH_SCENARIO_PATH`: folders (separated by os.pathsep)
-  whose `*.py` files are scenario modules. Each folder is put on `sys.path` and each module is
-  imported by its plain name, so processes started from this one (multi-processing and Dask
-  local workers inherit the environment) find the same modules;
+  whose `*.py` files (not starting with `_`) are scenario modules. Each is imported from its
+  file under a private name made from its path (`plugin_module_name`), so no plug-in hides a
+  module of the standard library or of an installed package, nor is hidden by one; processes
+  started from this one (multi-processing and Dask local workers inherit the environment) import
+  the same files. The folder is also appended to `sys.path`, for the helper modules (`_*.py`) a
+  scenario module imports by name. Those files are code: every command that loads the registry
+  (build, validate, inspect, publish, evaluate) runs them, so the variable names only folders
+  whose every `*.py` file is trusted;
 - an entry point of group `proactivebench_builder.scenarios` in an installed distribution
   (`entry_points={"proactivebench_builder.scenarios": ["shapes = my_pkg.shapes"]}`): the way
   for remote workers (Dataflow, a Dask cluster) that install the same packages.
@@ -20,7 +25,9 @@ scenario"); either way its manifest `<name>.yaml` sits in the same folder as the
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import importlib.util
 import os
 import pkgutil
 import sys
@@ -58,18 +65,40 @@ def _import_path_modules() -> None:
     for folder in extra_module_folders():
         if not os.path.isdir(folder):
             raise ScenarioPathError(f"{PATH_VARIABLE}: {folder} is not a folder")
-        if folder not in sys.path:
+        if folder not in sys.path:  # for the helper modules (`_*.py`) a scenario module imports
             sys.path.append(folder)
         for name in sorted(os.listdir(folder)):
             if name.endswith(".py") and not name.startswith("_"):
-                _import_plugin(name[:-3], os.path.join(folder, name))
+                _import_plugin(os.path.join(folder, name))
 
 
-def _import_plugin(module: str, where: str) -> None:
-    """Import a scenario module of the user's: any error in it is the author's, one line (a
-    ScenarioError) naming the file; --debug shows its traceback."""
+def plugin_module_name(path: str) -> str:
+    """The private name a scenario module of PROACTIVEBENCH_SCENARIO_PATH is imported under:
+    made from its path, so that it neither hides nor is hidden by any other module (a plug-in
+    `calendar.py` imported by plain name would be the standard library's `calendar`), and the
+    same in every process that imports it (multi-processing workers inherit the variable)."""
+    stem = "".join(c if c.isalnum() else "_" for c in os.path.basename(path)[:-3])
+    digest = hashlib.sha256(os.path.abspath(path).encode("utf-8", "surrogateescape")).hexdigest()
+    return f"_proactivebench_plugin_{digest[:12]}_{stem}"
+
+
+def _import_plugin(where: str) -> None:
+    """Import a scenario module of the user's by its file path: any error in it is the author's,
+    one line (a ScenarioError) naming the file; --debug shows its traceback."""
+    module = plugin_module_name(where)
+    if module in sys.modules:
+        return
     try:
-        importlib.import_module(module)
+        if not os.path.isfile(where):  # a folder, a FIFO, a dangling link: never opened
+            raise ImportError("not a regular file")
+        spec = importlib.util.spec_from_file_location(module, where)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module] = loaded  # as import does: the module may look itself up
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            del sys.modules[module]
+            raise
     except ScenarioError:
         raise
     except Exception as err:  # noqa: BLE001 - the plug-in's own code: reported, not hidden

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from proactivebench_builder.core.cli import CommandParser, unknown_name
 from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.pipeline import beam_compat
+from proactivebench_builder.pipeline.local_runs import available_cores
 from proactivebench_builder.pipeline.options import BuildOptions
 
 PROG = "run_pipeline.py"
@@ -71,8 +72,31 @@ def parse_build_flags(argv: list[str]) -> list[str]:
         else (argv, [])
     parser = beam_flags_parser(head)
     head = parser.normalise(head)
-    parser.parse_args(head)  # exits 2 with one line on an unknown flag or a bad value
+    values = parser.parse_args(head)  # exits 2 with one line on an unknown flag or a bad value
+    check_worker_count(getattr(values, "direct_num_workers", None))
     return head + tail
+
+
+# Each local worker is a process of its own (~100-200 MB before any data); the build's work is
+# CPU-bound, so workers beyond a few per core only add memory and connections (1000 of them once
+# took 16 GB and never finished).
+WORKERS_PER_CORE = 4
+
+
+def check_worker_count(workers: int | None) -> None:
+    """--direct_num_workers within what this machine can run (Beam takes any integer: -1 ends
+    in an IndexError, 1000 starts hundreds of processes)."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise UsageError(f"--direct_num_workers {workers}: must be at least 1 (without the "
+                         "flag a local build runs one worker per core)")
+    cores = available_cores()
+    most = WORKERS_PER_CORE * cores
+    if workers > most:
+        raise UsageError(f"--direct_num_workers {workers}: at most {most} here ({WORKERS_PER_CORE}"
+                         f" per core of this machine's {cores}): each worker is a process of its "
+                         "own, and more of them only add memory")
 
 
 def check_runner_name(runner: str | None) -> None:

@@ -14,15 +14,18 @@ import yaml
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.cli import unknown_name
 from proactivebench_builder.core.config import (
-    KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection)
+    KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection, network_url)
 from proactivebench_builder.core.errors import (
     MissingPackage, ScenarioError, SourceError, UsageError)
-from proactivebench_builder.core.manifests import ManifestError, parameter_problem
+from proactivebench_builder.core.manifests import (
+    ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
 from proactivebench_builder.filters.coverage import check_before_work
 from proactivebench_builder.filters.leakage import (
-    RELEASED, KeepListError, count_kept, load_keep_list, released_count_problem, released_counts)
+    RELEASED, KeepListError, count_kept, keep_list_problem, load_keep_list, released_count_problem,
+    released_counts)
 from proactivebench_builder.filters.predictions import (
-    PredictionsError, read_predictions, train_confidences)
+    PredictionsError, read_all_predictions, read_predictions, train_confidences,
+    unknown_configs_problem)
 from proactivebench_builder.pipeline import __version__
 from proactivebench_builder.pipeline.import_upstream import (
     fingerprint, present_configs, record_ids)
@@ -30,7 +33,8 @@ from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_s
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
 from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
-from proactivebench_builder.transforms import PATH_VARIABLE, load_scenarios, manifest_of
+from proactivebench_builder.transforms import (
+    PATH_VARIABLE, config_aliases, load_scenarios, manifest_of)
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -90,7 +94,7 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
                                         {n: scenarios[n] for n in missing})
     sources = {n: overrides.get(n) or fileio.join(absolute(root), manifest_of(n)["source_subdir"])
                for n in scenarios}
-    absent = {n: url for n, url in sources.items() if not source_folder_exists(url)}
+    absent = {n: url for n, url in sources.items() if not source_folder_exists(n, url)}
     if absent:
         raise SystemExit("source folders not found: " + "; ".join(
             f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
@@ -98,9 +102,11 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
     return sources
 
 
-def source_folder_exists(url: str) -> bool:
-    """Whether a source folder exists; a store that cannot be reached is said to be so, in one
-    line (offline, a Dataflow launch read its gs:// sources as "not found")."""
+def source_folder_exists(name: str, url: str) -> bool:
+    """Whether the source folder `url` exists (a URL the build cannot read: one line); a store
+    that cannot be reached is said to be so, in one line (offline, a Dataflow launch read its
+    gs:// sources as "not found")."""
+    check_readable_url(f"source of {name}", url)
     try:
         return fileio.folder_exists(url)
     except MissingPackage:
@@ -112,8 +118,27 @@ def source_folder_exists(url: str) -> bool:
                           "folders before any work, on every runner)") from None
 
 
+def check_readable_url(what: str, url: str) -> None:
+    """One line (UsageError) for a folder URL the build may not read (http://: a build does not
+    download) or cannot (an unknown protocol); a known protocol whose fsspec package is not
+    installed is MissingPackage, naming what to install."""
+    if network_url(url):
+        raise UsageError(f"{what}: {url}: a build reads folders and storage URLs (gs://, s3://, "
+                         "...), not the network: download it first (sources: run_pipeline.py "
+                         "fetch)")
+    try:
+        fileio.filesystem(url)
+    except MissingPackage:
+        raise
+    except (ImportError, ValueError) as err:
+        raise UsageError(f"{what}: {url}: cannot be read "
+                         f"({' '.join(str(err).split())[:200]})") from None
+
+
 def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
-    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests."""
+    """--set SCENARIO.PARAMETER=VALUE, checked against the chosen scenarios' manifests: each
+    value against its parameter's rule, then the values in force against the manifest's rules
+    across parameters (core/manifests.py)."""
     overrides: dict[str, dict] = {}
     for item in items:
         target, sep, value = item.partition("=")
@@ -121,27 +146,68 @@ def parameter_overrides(items: list[str], scenarios: dict) -> dict[str, dict]:
         if not sep or not dot or name not in scenarios:
             raise SystemExit(f"--set expects SCENARIO.PARAMETER=VALUE for a chosen scenario, "
                              f"got {item!r}")
-        if parameter not in manifest_of(name)["parameters"]:
-            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} (see "
-                             f"{scenarios[name].manifest_location()})")
-        parsed = yaml.safe_load(value)
-        problem = parameter_problem(manifest_of(name), parameter, parsed)
+        manifest, see = manifest_of(name), f"(see {scenarios[name].manifest_location()})"
+        if parameter not in manifest["parameters"]:
+            raise SystemExit(f"--set {item!r}: {name} has no parameter {parameter!r} {see}")
+        parsed, problem = None, settable_problem(parameter)
+        if problem is None:
+            parsed, problem = set_value(value)
+        if problem is None:
+            problem = parameter_problem(manifest, parameter, parsed) or \
+                data_file_problem(scenarios[name], manifest, parameter, parsed)
         if problem:
-            raise SystemExit(f"--set {name}.{parameter}: {problem} (see "
-                             f"{scenarios[name].manifest_location()})")
+            raise SystemExit(f"--set {name}.{parameter}: {problem} {see}")
         overrides.setdefault(name, {})[parameter] = parsed
+    for name, values in sorted(overrides.items()):
+        manifest = manifest_of(name)
+        problems = constraint_problems(manifest, {**manifest["parameters"], **values})
+        if problems:
+            raise SystemExit(f"--set: {name}: {problems[0]} "
+                             f"(see {scenarios[name].manifest_location()})")
     return overrides
 
 
-def selection_settings(opts: BuildOptions) -> Selection:
-    """The filter settings, checked before any work: a bad predictions file or a keep-list on a
-    freshly built pool stops here with a clear message."""
+def set_value(text: str) -> tuple[object, str | None]:
+    """(the value, None) of a --set VALUE read as plain YAML (numbers, strings, booleans, lists,
+    mappings), or (None, why not). Anchors and aliases are refused: a value is written out."""
+    try:
+        if any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None)
+               for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            return None, f"{text[:60]!r}: YAML anchors and aliases (& and *) are not accepted here"
+        return yaml.safe_load(text), None
+    # PyYAML fails on some malformed scalars with its own IndexError or ValueError (`!!float`
+    # alone, `!!binary x`), not a YAMLError: every failure to read the text is the user's
+    except Exception as err:  # noqa: BLE001
+        detail = " ".join(str(err).split()) or type(err).__name__
+        return None, f"{text[:60]!r} is not a plain YAML value ({detail[:160]})"
+
+
+def data_file_problem(cls, manifest: dict, parameter: str, value) -> str | None:
+    """A parameter naming a data file (its rule says `data_file: true`): the file exists beside
+    the manifest and reads, before any work."""
+    if not parameter_rule(manifest, parameter).get("data_file"):
+        return None
+    try:
+        cls.data_file(value)
+    except ManifestError as err:
+        return str(err)
+    return None
+
+
+def selection_settings(opts: BuildOptions, aliases: dict[str, str]) -> Selection:
+    """The filter settings, checked before any work: a bad predictions file (or one naming a
+    config no scenario has), a bad keep list or a keep list on a freshly built pool stops here
+    with a clear message. `aliases`: every name of a config, lower case -> the config."""
     if opts.predictions and opts.keep_list:
         raise SystemExit("--predictions and --keep_list are alternatives; give one")
     mode = PREDICTIONS if opts.predictions else KEEP_LIST if opts.keep_list else NO_FILTER
     try:
         if mode == PREDICTIONS:
-            read_predictions(opts.predictions)
+            problem = unknown_configs_problem(read_all_predictions(opts.predictions),
+                                              opts.predictions, aliases)
+            if problem:
+                raise PredictionsError(problem)
+            read_predictions(opts.predictions)  # the test split's rows: the filter's input
             train_confidences(opts.predictions)  # its train rows, if any, fill the train split
         if mode == KEEP_LIST:
             if not opts.import_upstream:
@@ -150,23 +216,33 @@ def selection_settings(opts: BuildOptions) -> Selection:
                     "release carries (--import_upstream DIR); a pool built from the raw sources "
                     "has its own ids. Filter a fresh pool with --predictions FILE instead.")
             load_keep_list(opts.keep_list)
-    except (PredictionsError, KeepListError, OSError, ValueError) as err:
+    except (PredictionsError, KeepListError) as err:
         raise SystemExit(f"cannot filter: {err}") from None
     return Selection(mode=mode, predictions=opts.predictions, keep_list=opts.keep_list,
                      threshold=opts.filter_threshold, min_models=opts.min_models,
                      allow_partial=opts.allow_partial_predictions)
 
 
+def check_keep_list(spec: str, configs, aliases: dict[str, str]) -> None:
+    """Before any work: the keep list names only known configs and lists every config the
+    build imports (filters.leakage.keep_list_problem)."""
+    problem = keep_list_problem(spec, load_keep_list(spec), list(configs), aliases)
+    if problem:
+        raise SystemExit(f"cannot filter: {problem}")
+
+
 def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
     """The whole configuration of the build `argv` asks for, checked before any work."""
     scenarios = choose_scenarios(opts.scenarios)
     config_to_scenario = {cls.config_name: n for n, cls in load_scenarios().items()}
-    selection = selection_settings(opts)
+    aliases = config_aliases()
+    selection = selection_settings(opts, aliases)
     overrides = parameter_overrides(opts.overrides, scenarios)
     imported = {}
     train_sources = {}
     if opts.import_upstream:
         folder = absolute(opts.import_upstream)
+        check_readable_url("--import_upstream", folder)
         configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
         if not configs:
             inner = fileio.join(folder, "test")
@@ -181,7 +257,14 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         imported = {"import_upstream": folder, "import_configs": tuple(configs),
                     "keep_ids": True}
         sources = {n: folder for n in scenarios}
-        selection = Selection(**{**selection.as_dict(), "origin": fingerprint(folder, configs)})
+        if selection.mode == KEEP_LIST:
+            check_keep_list(opts.keep_list, configs, aliases)
+        try:
+            origin = fingerprint(folder, configs)
+        except OSError as err:  # e.g. a JSONL that is a FIFO, or unreadable
+            raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
+                             f"{err.strerror or err}") from None
+        selection = Selection(**{**selection.as_dict(), "origin": origin})
     else:
         sources = resolve_sources(opts, scenarios)
         if not opts.no_train:

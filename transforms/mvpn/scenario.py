@@ -131,7 +131,13 @@ class MVPN(Scenario):
         return {str(k): v for k, v in table.items()}
 
     def placeholder_names(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.data_file(self.params["class_names_file"]).items()}
+        """The shipped placeholders, from the table `params["class_names_file"]` names (read
+        when used, not in __init__: `--set` overrides reach `self.params` after __init__)."""
+        filename = self.params["class_names_file"]
+        table = self.data_file(filename)
+        if not isinstance(table, dict):
+            raise ManifestError(f"mvpn: {filename} is not a mapping of class folder -> name")
+        return {str(k): str(v) for k, v in table.items()}
 
     def placeholders(self) -> list[str]:
         shown = [c for c in self.classes if release.is_placeholder(self.class_names.get(c, ""))]

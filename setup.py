@@ -39,7 +39,8 @@ setup(
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);
         # pycocotools: the reference the streaming COCO reader is checked against
         "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel",
-                 "pycocotools>=2.0.7", "hypothesis>=6"],
+                 "pycocotools>=2.0.7",
+                 "hypothesis>=6.100"],  # tests/fuzz/: property-based fuzzing of every parser
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],

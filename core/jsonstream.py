@@ -44,7 +44,8 @@ def iter_top_level(stream, streamed_keys, chunk_bytes: int = READ_CHUNK_BYTES):
     is skipped). `stream` is a binary file of UTF-8 text, read `chunk_bytes` at a time.
 
     Raises NotAJsonObject when the top level is another JSON value, and ValueError naming the
-    character position for invalid JSON, a truncated file or a value over MAX_VALUE_CHARS."""
+    character position for invalid JSON, a truncated file, a value over MAX_VALUE_CHARS or one
+    nested too deeply to decode."""
     text = _JsonText(stream, chunk_bytes)
     first = text.next_char()
     if first != "{":
@@ -160,6 +161,10 @@ class _JsonText:
             except json.JSONDecodeError as err:
                 if self.at_end or not self._may_continue(err):
                     raise self._syntax_error(err, what) from None
+            except RecursionError:  # the decoder recurses once per level of nesting
+                raise self.invalid(self.pos, f"{what} is nested too deeply to decode (more "
+                                             "levels than the interpreter's recursion "
+                                             "limit)") from None
             else:
                 if self.at_end or not _may_be_cut_short(value, len(self.text) - end):
                     self.pos = end

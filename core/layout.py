@@ -36,6 +36,9 @@ LOCK = ".build.lock"
 UPSTREAM_DIR = "upstream"
 UPSTREAM_SUFFIX = "_preprocessed.jsonl"
 TEMPORARY_PREFIX = ".tmp-"   # a file being written; no glob of the card matches it
+# The whole name `fileio.temporary_name` gives one: prefix, run token, pid, counter, final name
+# (a user's own `.tmp-notes.txt` does not match it).
+TEMPORARY_NAME = re.compile(r"^\.tmp-[0-9a-f]{12}-\d+-\d+-")
 FAILURES = ".tmp-failures"  # typed worker failures of a remote run (pipeline.failures)
 
 SHARD_NAME = "{split}-{index:05d}-of-{count:05d}.parquet"

@@ -154,11 +154,13 @@ class Dropped:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamLine:
-    """One line of the upstream export's `<config>_preprocessed.jsonl`."""
+    """One line of the upstream export's `<config>_preprocessed.jsonl`, and the image files
+    written for it: (path relative to DIR, size, sha256) each, for build.json."""
     kind: ClassVar[str] = "upstream_line"
     config: str
     id: int
     line: str
+    files: tuple = ()
 
 
 def relabelled(value, scenario: str):

@@ -11,17 +11,38 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import posixpath
+import string
 
 import apache_beam as beam
+import pyarrow as pa
 
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
-from proactivebench_builder.core.records import UPSTREAM_EXTRA_FIELDS, empty_row
+from proactivebench_builder.core.records import (
+    UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.spread import Spread
 from proactivebench_builder.transforms import behaviour_for_config, manifest_of
+
+# A record is about a kilobyte; a longer line is a dead letter, skipped unread.
+MAX_LINE_BYTES = 16 << 20
+# The frames one record may name (the release's longest sequence has a few hundred): bounds
+# the frame lists derived from a record's numbers (num_images 10^9 would be a 10^9-list).
+MAX_FRAMES = 10_000
+# The integer fields from which frame lists are derived.
+FRAME_COUNT_FIELDS = ("first_image", "num_images", "reference_image", "step_size", "max_steps")
+# What a record's fields must be: the record contract's Arrow types (core.records).
+_TYPES = {f.name: f.type for f in arrow_schema()}
+_CHECKED_FIELDS = UPSTREAM_COMMON_FIELDS + UPSTREAM_EXTRA_FIELDS + (
+    "question_type", "key", "frame_ids", "source")
+
+
+class BadRecord(ValueError):
+    """A line of the release that cannot become a row (its reason names what is wrong)."""
 
 
 def present_configs(folder: str, config_to_scenario: dict) -> list[str]:
@@ -56,11 +77,14 @@ def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
 
 
 def fingerprint(folder: str, configs: list[str]) -> str:
-    """Identifies the imported release: sha256 over its JSONL files."""
+    """Identifies the imported release: sha256 over its JSONL files (read a block at a time,
+    regular files only)."""
     digest = hashlib.sha256()
     for config in configs:
         digest.update(config.encode())
-        digest.update(fileio.read_bytes(fileio.join(folder, jsonl_name(config))))
+        with fileio.open_source(fileio.join(folder, jsonl_name(config))) as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
     return "upstream:" + digest.hexdigest()
 
 
@@ -72,16 +96,132 @@ def upstream_frame_ids(config: str, record: dict) -> list[int]:
     return behaviour_for_config(config).upstream_frame_ids(record)
 
 
+def numbered_lines(handle, limit: int = MAX_LINE_BYTES):
+    """(line number, the line's bytes) of a binary file, or (number, None) for a line over
+    `limit` bytes, whose rest is skipped a block at a time (memory never holds more)."""
+    number = 0
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:
+                rest = handle.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield number, None
+        else:
+            yield number, line
+
+
+def parse_record(line: bytes | None) -> dict:
+    """The JSON object of one line, every field the record contract has of the type it has
+    there; raise BadRecord. (JSON's NaN and Infinity are not numbers a record may hold.)"""
+    if line is None:
+        raise BadRecord(f"a line longer than {MAX_LINE_BYTES >> 20} MiB")
+    try:
+        record = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as err:
+        raise BadRecord(f"not UTF-8 text ({err})") from None
+    except RecursionError:
+        raise BadRecord("a value nested too deeply to decode") from None
+    except ValueError as err:  # JSONDecodeError, NaN or Infinity
+        raise BadRecord(str(err)[:300]) from None
+    if not isinstance(record, dict):
+        raise BadRecord(f"a JSON {type(record).__name__}, not an object")
+    missing = [f for f in UPSTREAM_COMMON_FIELDS if record.get(f) is None]
+    if missing:
+        raise BadRecord(f"missing fields {missing}")
+    for field in _CHECKED_FIELDS:
+        if not _conforms(record.get(field), _TYPES[field]):
+            raise BadRecord(f"{field} is not {_TYPES[field]}: {_shown(record[field])}")
+    for field in FRAME_COUNT_FIELDS:
+        if record.get(field) is not None and not -MAX_FRAMES <= record[field] <= MAX_FRAMES:
+            raise BadRecord(f"{field} {record[field]} is beyond the {MAX_FRAMES:,} frames a "
+                            "record may have")
+    check_template(record["image_template"])
+    return record
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def _conforms(value, dtype: pa.DataType) -> bool:
+    """Whether `value` (decoded JSON) is a value of the Arrow type `dtype`, or null: exactly
+    (an int64 column takes no bool, no float and nothing beyond 64 bits; a float64 column a
+    finite number; a string column text that UTF-8 can encode)."""
+    if value is None:
+        return True
+    if pa.types.is_int64(dtype):
+        return type(value) is int and -(1 << 63) <= value < (1 << 63)
+    if pa.types.is_float64(dtype):
+        return type(value) in (int, float) and math.isfinite(value)
+    if pa.types.is_boolean(dtype):
+        return type(value) is bool
+    if pa.types.is_string(dtype):
+        return type(value) is str and _encodable(value)
+    if pa.types.is_list(dtype):
+        return type(value) is list and all(_conforms(v, dtype.value_type) for v in value)
+    if pa.types.is_struct(dtype):
+        names = {f.name for f in dtype}
+        return type(value) is dict and set(value) <= names and all(
+            _conforms(value.get(f.name), f.type) for f in dtype)
+    return False
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")  # JSON's "\ud800" escapes decode to lone surrogates
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_template(template: str) -> None:
+    """A frame template holds plain `{name}` slots only: a format spec (`{image:>999999999}`
+    would allocate a gigabyte), a conversion or an attribute or index lookup is refused."""
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise BadRecord(f"image_template {_shown(template)}: {err}") from None
+    for _, name, spec, conversion in fields:
+        if name is not None and not (name.isidentifier() and not spec and conversion is None):
+            raise BadRecord(f"image_template {_shown(template)}: a slot may only be {{name}}")
+
+
+def frame_paths(scenario, row: dict) -> list[str]:
+    """The release-relative path of each frame of `row`; BadRecord for a template that leads
+    out of the release folder (absolute, or up through `..`)."""
+    paths = []
+    for frame_id in row["frame_ids"]:
+        path = scenario.frame_path(row, frame_id)
+        normal = posixpath.normpath(path)
+        if posixpath.isabs(normal) or normal == ".." or normal.startswith("../"):
+            raise BadRecord(f"image_template {_shown(row['image_template'])} leads outside the "
+                            f"release folder ({_shown(path)})")
+        paths.append(path)
+    return paths
+
+
 class ReadRecords(beam.DoFn):
     def __init__(self, config: BuildConfig):
         self.config = config
 
     def process(self, config: str):
+        """(scenario, config, line number, the line's bytes or None when over MAX_LINE_BYTES):
+        bytes, decoded by ImportRecord, where a line that is not UTF-8 is a dead letter."""
         scenario = self.config.config_to_scenario[config]
         url = fileio.join(self.config.import_upstream, jsonl_name(config))
         with fileio.open_source(url) as handle:
-            for number, line in enumerate(handle, start=1):
-                yield scenario, config, number, line.decode("utf-8", errors="replace")
+            for number, line in numbered_lines(handle):
+                yield scenario, config, number, line
 
 
 class ImportRecord(beam.DoFn):
@@ -93,29 +233,33 @@ class ImportRecord(beam.DoFn):
         folder = self.config.import_upstream
         where = f"{jsonl_name(config)}:{number}"
         yield results.Count(name, "raw_items")
-        try:
-            record = json.loads(line)
-            row = self._row(name, config, record)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            yield results.DeadLetter(name, where, f"malformed upstream record: {err}")
-            return
         scenario = scenario_instance(name, self.config, folder)
         try:
-            urls = [fileio.join(folder, scenario.frame_path(row, f)) for f in row["frame_ids"]]
-            for url in urls:
-                scenario.validate_file_frame(url)
+            row = self._row(name, config, parse_record(line))
+            paths = frame_paths(scenario, row)
+        except BadRecord as err:
+            yield results.DeadLetter(name, where, f"malformed upstream record: {err}")
+            return
+        except Exception as err:  # noqa: BLE001 - a record the scenario cannot read: its own
+            yield results.DeadLetter(name, where, f"malformed upstream record: "
+                                                  f"{type(err).__name__}: {str(err)[:300]}")
+            return
+        row["frame_refs"] = [{"kind": "file", "url": fileio.join(folder, p)} for p in paths]
+        try:
+            for ref in row["frame_refs"]:
+                scenario.validate_file_frame(ref["url"])
         except BadItem as err:
             yield results.DeadLetter(name, err.path or where, err.reason, row["key"])
             return
-        row["frame_refs"] = [{"kind": "file", "url": u} for u in urls]
+        finally:  # the writer then proves it writes the bytes validated here
+            scenario.seal_frame_refs(row)
         yield results.Sample(name, row["key"], row)
 
     def _row(self, name: str, config: str, record: dict) -> dict:
+        """The row of a checked record (parse_record); BadRecord for what only the row shows."""
         row = empty_row()
-        for field in ("id", "image_template", "first_image", "num_images", "reference_image",
-                      "prompt", "options", "categories", "answer"):
+        for field in UPSTREAM_COMMON_FIELDS:
             row[field] = record[field]
-        row["id"] = int(row["id"])
         for field in UPSTREAM_EXTRA_FIELDS + ("question_type",):
             row[field] = record.get(field)
         if row["crop"] is not None:
@@ -124,7 +268,13 @@ class ImportRecord(beam.DoFn):
             if row[field] is not None:
                 row[field] = float(row[field])
         row["key"] = record.get("key") or f"{config}/{row['id']}"
-        row["frame_ids"] = upstream_frame_ids(config, record)
+        if not row["key"].startswith(f"{config}/"):
+            raise BadRecord(f"key {_shown(row['key'])} is not a key of {config}")
+        frame_ids = upstream_frame_ids(config, record)
+        if not 0 < len(frame_ids) <= MAX_FRAMES or len(set(frame_ids)) != len(frame_ids):
+            raise BadRecord(f"{len(frame_ids)} frame ids ({len(set(frame_ids))} distinct): a "
+                            f"record has 1 to {MAX_FRAMES:,} distinct frames")
+        row["frame_ids"] = frame_ids
         manifest = manifest_of(name)
         row["source"] = record.get("source") or {
             "dataset": manifest["dataset"], "license": manifest["license"],

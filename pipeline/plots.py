@@ -23,6 +23,7 @@ import statistics
 import unicodedata
 from collections import Counter
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageDraw, ImageFont
 
@@ -193,53 +194,84 @@ def draw_histogram(draw, top: int, label: str, counts: Counter, color,
 
 # ---- reading the built folder -----------------------------------------------------------------
 
+REPORT_MAX_BYTES = 256 * 2 ** 20  # as core.buildfolder reads build.json
+
+
 def read_report(output_dir: str, relative: str) -> dict:
+    """A report as a dict; {} when it is missing or is not a JSON object (plots draw what they
+    can: `inspect --force` draws a folder whose reports may be damaged)."""
     url = fileio.join(output_dir, relative)
-    return json.loads(fileio.read_bytes(url)) if fileio.exists(url) else {}
+    try:
+        report = json.loads(fileio.read_bytes(url, limit=REPORT_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):  # missing, a FIFO, too large, not JSON
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def entries(report: dict, key: str = "scenarios") -> dict[str, dict]:
+    """report[key]'s entries that are objects, each with only its numeric counts and config."""
+    found = report.get(key)
+    return {name: entry for name, entry in (found.items() if isinstance(found, dict) else ())
+            if isinstance(entry, dict)}
+
+
+def counts(entry: dict, key: str) -> dict[str, float]:
+    """entry[key] as {label: number}, leaving out what is not a number."""
+    found = entry.get(key)
+    return {str(k): v for k, v in (found.items() if isinstance(found, dict) else ())
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def number(entry: dict, key: str) -> float:
+    value = entry.get(key, 0)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def frame_counts(output_dir: str, config: str) -> Counter:
-    """len(frame_ids) -> samples, from the unfiltered shards' `frame_ids` column only."""
+    """len(frame_ids) -> samples, from the unfiltered shards' `frame_ids` column only (a shard
+    that cannot be read, e.g. in a damaged folder drawn with `inspect --force`, is left out)."""
     counts = Counter()
     folder = split_folder(output_dir, UNFILTERED, config)
     for name in fileio.list_names(folder):
         if not name.endswith(".parquet"):
             continue
-        fs, path = fileio.filesystem(fileio.join(folder, name))
-        with fs.open(path, "rb") as handle:
-            column = pq.ParquetFile(handle).read(columns=["frame_ids"]).column("frame_ids")
+        try:
+            with fileio.open_source(fileio.join(folder, name)) as handle:
+                column = pq.ParquetFile(handle).read(columns=["frame_ids"]).column("frame_ids")
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            continue
         counts.update(len(ids or []) for ids in column.to_pylist())
     return counts
 
 
 def scenario_label(name: str, entry: dict) -> str:
     config = entry.get("config")
-    return f"{name} ({config})" if config and config != name else name
+    return f"{name} ({config})" if isinstance(config, str) and config != name else name
 
 
 # ---- the four plots ---------------------------------------------------------------------------
 
 def samples_chart(build: dict) -> Image.Image:
     series = ["raw items", "rule exclusions", "dead letters", "samples (pool)", "test"]
-    groups = [(scenario_label(n, e), [e.get("raw_items", 0), sum(e.get("excluded", {}).values()),
-                                       e.get("dead_letters", 0), e.get("samples", 0),
-                                       e.get("kept", 0)])
-              for n, e in sorted(build.get("scenarios", {}).items())]
+    groups = [(scenario_label(n, e), [number(e, "raw_items"), sum(counts(e, "excluded").values()),
+                                       number(e, "dead_letters"), number(e, "samples"),
+                                       number(e, "kept")])
+              for n, e in sorted(entries(build).items())]
     return bar_chart("Samples per scenario", "raw items = exclusions + dead letters + samples; "
                      "test = samples kept by the leakage filter", groups, series)
 
 
 def frames_chart(output_dir: str, build: dict) -> Image.Image:
     panels = [(scenario_label(n, e), frame_counts(output_dir, e["config"]))
-              for n, e in sorted(build.get("scenarios", {}).items()) if e.get("config")]
+              for n, e in sorted(entries(build).items()) if isinstance(e.get("config"), str)]
     return histogram_panels("Frames per sample", "unfiltered pool; from each row's frame_ids",
                             panels)
 
 
 def dead_letters_chart(build: dict) -> Image.Image:
     groups = [(f"{name}: {reason}", [count])
-              for name, entry in sorted(build.get("scenarios", {}).items())
-              for reason, count in sorted(entry.get("dead_letters_by_reason", {}).items())]
+              for name, entry in sorted(entries(build).items())
+              for reason, count in sorted(counts(entry, "dead_letters_by_reason").items())]
     total = sum(v[0] for _, v in groups)
     return bar_chart("Dead letters by reason", f"{total} raw items rejected; every path and reason "
                      "is in reports/dead_letters.jsonl", groups, ["dead letters"],
@@ -247,9 +279,9 @@ def dead_letters_chart(build: dict) -> Image.Image:
 
 
 def filter_chart(filters: dict) -> Image.Image:
-    settings = filters.get("settings", {})
-    groups = [(name, [entry.get("before", 0), entry.get("after", 0)])
-              for name, entry in sorted(filters.get("scenarios", {}).items())]
+    settings = filters.get("settings") if isinstance(filters.get("settings"), dict) else {}
+    groups = [(name, [number(entry, "before"), number(entry, "after")])
+              for name, entry in sorted(entries(filters).items())]
     subtitle = f"filter mode: {settings.get('mode', 'unknown')}"
     if settings.get("mode") == "predictions":
         subtitle += (f"; removed when >= {settings.get('threshold')} of the models answer from "
@@ -262,10 +294,14 @@ def correct_fractions_chart(filters: dict) -> Image.Image:
     """Per scenario, how many samples each share of models answered from the first frame
     (in percent; the filter drops everything at or above the threshold)."""
     panels = []
-    for name, entry in sorted(filters.get("scenarios", {}).items()):
-        counts = Counter({round(float(f) * 100): n for f, n in
-                          entry.get("correct_fraction_histogram", {}).items()})
-        panels.append((name, counts))
+    for name, entry in sorted(entries(filters).items()):
+        histogram = Counter()
+        for fraction, n in counts(entry, "correct_fraction_histogram").items():
+            try:
+                histogram[round(float(fraction) * 100)] = n  # as a dict of them: last wins
+            except (ValueError, OverflowError):  # a label that is not a finite number
+                continue
+        panels.append((name, histogram))
     threshold = filters.get("settings", {}).get("threshold")
     return histogram_panels("First-round correct answers per sample",
                             f"% of probing models right on the first frame; threshold "
@@ -282,7 +318,9 @@ def write_build_plots(output_dir: str, target: str | None = None) -> list[str]:
         "dead_letters_by_reason.png": dead_letters_chart(build),
         "filter_before_after.png": filter_chart(filters),
     }
-    if filters.get("settings", {}).get("mode") == "predictions":
+    if not isinstance(filters.get("settings"), dict):
+        filters["settings"] = {}
+    if filters["settings"].get("mode") == "predictions":
         charts["first_round_correct_fractions.png"] = correct_fractions_chart(filters)
     written = []
     for name, image in charts.items():

@@ -28,19 +28,38 @@ next, before any archive is packed.
 
 How it is published:
 
+- Stale files, deleted: a file the plan does not contain is deleted only when this publish owns
+  it: a file the card's `data_files` globs match (a rebuild with fewer shards leaves one, and
+  `load_dataset` would read it as the build's, whoever wrote it), a file an earlier publish of
+  this layout wrote, and a temporary file an interrupted publish left (named as
+  `fileio.temporary_name` names them). Everything else in the target (the user's own files,
+  `.gitattributes`) is left alone. A folder target records what each publish wrote in
+  `.proactivebench-publish.json` (written last); on the Hub, `reports/*` and, with
+  `--with_upstream`, the upstream prefix are taken as the earlier publish's.
 - Hub: a file whose bytes are already on the remote (same LFS sha256, or same git blob id for
   small files) is skipped, so re-running after an interruption uploads only what is missing.
-  Remote files this publish manages (`*.parquet`, `reports/*`, and `test/*` with `--with_upstream`)
-  that the plan does not contain are stale (e.g. a rebuild with fewer shards) and are deleted,
-  because the card's globs would otherwise read them. When the upload fits `max_commit_bytes` and
-  `max_commit_files`, everything is one atomic `create_commit` with `parent_commit` set (so a
-  concurrent push makes it fail instead of mixing). Otherwise the data files go through
+  When the upload fits `max_commit_bytes` and `max_commit_files`, everything is one atomic
+  `create_commit` with `parent_commit` set (so a concurrent push makes it fail instead of
+  mixing). Otherwise the data files go through
   `upload_folder` (resumable, several commits) from a staging folder holding only the missing
   files, and a final commit writes the card and deletes stale files, so the card names the new
   shards only once they are all present. `HfFileSystem` (one commit per file) is never used.
 - fsspec URL: every missing file is first written under a temporary name (`.tmp-<unique>-<name>`,
-  which no `configs:` glob matches), then all are renamed (data first, the card last) and stale
-  files are removed; leftovers of an interrupted run are removed as stale too.
+  which no `configs:` glob matches), then all are renamed (data first, the card and the record
+  of what was published last) and stale files are removed. A failure or an interruption
+  (Ctrl-C; SIGTERM and SIGHUP end the same way, `core.cli`) removes every temporary file it
+  wrote; leftovers of a killed run are removed as stale by the next one.
+
+Where it writes: only inside the target. `--upstream_prefix` is a relative path without `..`;
+the target and the staging folder may not be the build folder or inside it (publishing would
+change what it publishes). Archives and staged uploads go to a folder of its own, made inside
+`--staging_dir` (or the system's temporary folder) and removed at the end, whatever happened.
+A full disk, in the target or the staging folder, ends in one line naming the path (exit 1),
+with nothing partial left.
+
+What is read: the build folder's files as `core.buildfolder` checks them (regular files inside
+the folder; a link or a FIFO is refused), and with `--with_upstream` exactly the exported files
+build.json lists, after checking their digests.
 
 The Hub client is behind `HubClient`, whose methods are thin wrappers around single `HfApi`
 calls, so tests replace only those calls (and run with `HF_HUB_OFFLINE=1`).
@@ -54,17 +73,18 @@ import json
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 import zipfile
 
-import yaml
-
 from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, CARD, REPORTS_DIR, UPSTREAM_DIR, UPSTREAM_SUFFIX)
+    CARD, REPORTS_DIR, TEMPORARY_NAME, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
 DEFAULT_UPSTREAM_PREFIX = "test"  # the upstream release ships its export under `test/`
 TEMP_PREFIX = ".tmp-"
+MANIFEST = ".proactivebench-publish.json"  # in a folder target: what the last publish wrote
+MANIFEST_MAX_BYTES = 64 * 2 ** 20
 CHUNK = 8 * 1024 * 1024
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest timestamp a zip can hold
 DEFAULT_MAX_COMMIT_BYTES = 5 * 10 ** 9
@@ -75,6 +95,24 @@ RESUME_HINT = "Re-run the same command to resume: files already on the target ar
 
 class PublishError(RuntimeError):
     """Publishing cannot go ahead; the message says why and what to do."""
+    exit_code = 2
+
+
+class PublishOutputError(PublishError):
+    """A file could not be written (a full disk, permissions): `<strerror> (errno N): <path>`."""
+    exit_code = 1  # as the build's own OutputError
+
+    @classmethod
+    def of(cls, err: OSError) -> "PublishOutputError":
+        text = f"{err.strerror or os.strerror(err.errno)} (errno {err.errno})"
+        return cls(text + (f": {err.filename}" if err.filename else "") + f". {RESUME_HINT}")
+
+
+def naming(err: OSError, path: str) -> OSError:
+    """`err` with `path` as its file name when it names none (shutil's copies name nothing)."""
+    if err.errno and not err.filename:
+        return OSError(err.errno, err.strerror, path)
+    return err
 
 
 class HubUnreachable(PublishError):
@@ -125,66 +163,65 @@ class RemoteFile:
 
 
 def file_digests(url: str) -> tuple[int, str, str]:
-    """(size, sha256, git blob sha1) in one streaming pass."""
-    fs, path = fileio.filesystem(url)
-    size = fs.size(path)
+    """(size, sha256, git blob sha1) in one streaming pass (a local FIFO or folder is refused:
+    `fileio.open_source`)."""
+    with fileio.open_source(url) as handle:
+        return handle_digests(handle)
+
+
+def handle_digests(handle) -> tuple[int, str, str]:
+    """(size, sha256, git blob sha1) of an open file, read once (the blob id's header holds the
+    size, so the size is taken from the open file first)."""
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(0)
     sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
-    with fs.open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            sha256.update(chunk)
-            sha1.update(chunk)
+    for chunk in iter(lambda: handle.read(CHUNK), b""):
+        sha256.update(chunk)
+        sha1.update(chunk)
     return size, sha256.hexdigest(), sha1.hexdigest()
 
 
-def file_size(url: str) -> int:
-    fs, path = fileio.filesystem(url)
-    return fs.size(path)
-
-
 def planned_file(path: str, source: str, kind: str) -> PlannedFile:
+    """A file of the publication whose bytes are at `source` (a staged file)."""
     size, sha256, git_sha1 = file_digests(source)
     return PlannedFile(path, source, size, sha256, git_sha1, kind)
 
 
+def built_file(path: str, folder: str, relative: str, kind: str) -> PlannedFile:
+    """A file of the publication read from the build folder: a regular file inside it
+    (`buildfolder.open_listed`: a link, a FIFO or a path leading out is refused)."""
+    try:
+        with buildfolder.open_listed(folder, relative) as handle:
+            size, sha256, git_sha1 = handle_digests(handle)
+    except buildfolder.NotListable as err:
+        raise PublishError(f"{folder}: {relative}: {err.strerror}; not published") from None
+    return PlannedFile(path, fileio.join(folder, relative), size, sha256, git_sha1, kind)
+
+
 def list_files(url: str) -> list[str]:
-    """Sorted relative paths of every file under a folder (temporary files excluded)."""
-    fs, root = fileio.filesystem(url)
-    if not fs.isdir(root):
-        return []
-    root = root.rstrip("/")
-    found = []
-    for full in fs.find(root):
-        relative = posixpath.relpath(full, root)
-        if not posixpath.basename(relative).startswith(TEMP_PREFIX):
-            found.append(relative)
-    return sorted(found)
+    """Sorted relative paths of every file under a folder (temporary files excluded; a link is
+    listed, never followed: `buildfolder.files_under`)."""
+    return [p for p in buildfolder.files_under(url)
+            if not posixpath.basename(p).startswith(TEMP_PREFIX)]
 
 
 # ----------------------------------------------------------------------------- the card
 
 
 def read_card_configs(folder: str) -> list[dict]:
-    """The `configs:` entries of the card's YAML front matter ([] when there are none)."""
-    text = fileio.read_bytes(fileio.join(folder, CARD)).decode("utf-8")
-    if not text.startswith("---\n"):
-        return []
-    front, sep, _ = text[4:].partition("\n---")
-    meta = yaml.safe_load(front) if sep else None
-    configs = (meta or {}).get("configs") or []
-    return configs if isinstance(configs, list) else []
+    """The `configs:` entries of the card's YAML front matter ([] when there are none; the
+    card is read as `core.buildfolder` reads it, which has checked it before)."""
+    configs, _ = buildfolder.card_configs(folder)
+    return configs or []
 
 
-def data_file_patterns(config: dict) -> list[tuple[str, str]]:
-    """(split, glob) pairs of one `configs:` entry; `path` may be a string or a list."""
-    pairs = []
-    data_files = config.get("data_files") or []
-    if isinstance(data_files, str):
-        data_files = [{"split": "train", "path": data_files}]
-    for entry in data_files:
-        paths = entry.get("path")
-        for pattern in [paths] if isinstance(paths, str) else list(paths or []):
-            pairs.append((entry.get("split", "train"), pattern))
-    return pairs
+data_file_patterns = buildfolder.data_file_patterns
+
+
+def card_globs(configs: list[dict]) -> list[str]:
+    """Every `data_files` glob of the card: a file they match is read as the build's."""
+    return [pattern for config in configs for _, pattern in data_file_patterns(config)]
 
 
 def split_shards(configs: list[dict], files: list[str]) -> dict[tuple[str, str], list[str]]:
@@ -201,11 +238,12 @@ def split_shards(configs: list[dict], files: list[str]) -> dict[tuple[str, str],
 # ----------------------------------------------------------------------------- validation
 
 
-def validate_for_publishing(folder: str, check=None) -> None:
+def validate_for_publishing(folder: str, check=None, upstream: bool = False) -> None:
     """Refuse a folder that is not an intact, finished build (core.buildfolder: its status, every
-    shard's size and sha256, its card, nothing more than its report lists), then one that
-    `check(folder) -> [problems]` (the record contract, from the `validate` command) refuses."""
-    problems = buildfolder.folder_problems(folder)
+    shard's size and sha256, its card, nothing more than its report lists; with `upstream`, the
+    export's files too), then one that `check(folder) -> [problems]` (the record contract, from
+    the `validate` command) refuses."""
+    problems = buildfolder.folder_problems(folder, upstream=upstream)
     if not problems and check is not None:
         problems = list(check(folder))
     if problems:
@@ -215,20 +253,28 @@ def validate_for_publishing(folder: str, check=None) -> None:
 # ----------------------------------------------------------------------------- archives
 
 
-def write_deterministic_zip(members: list[tuple[str, str]], dest: str) -> None:
-    """A zip of (name in archive, source URL) members, byte-identical on every run: sorted
-    members, stored, fixed timestamp, permissions and creator system."""
+def write_deterministic_zip(members: list[tuple[str, str]], dest: str, folder: str) -> None:
+    """A zip of (name in archive, path relative to `folder`) members, byte-identical on every
+    run: sorted members, stored, fixed timestamp, permissions and creator system. Members are
+    read as `buildfolder.open_listed` reads them (regular files inside the folder)."""
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-    with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, source in sorted(members):
-            fs, path = fileio.filesystem(source)
-            info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
-            info.compress_type = zipfile.ZIP_STORED
-            info.create_system = 3  # unix, so the permission bits below mean the same everywhere
-            info.external_attr = 0o100644 << 16
-            info.file_size = fs.size(path)
-            with fs.open(path, "rb") as src, archive.open(info, "w", force_zip64=True) as out:
-                shutil.copyfileobj(src, out, CHUNK)
+    try:
+        with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED,
+                             allowZip64=True) as archive:
+            for name, relative in sorted(members):
+                info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
+                info.compress_type = zipfile.ZIP_STORED
+                info.create_system = 3  # unix: the permission bits below mean the same everywhere
+                info.external_attr = 0o100644 << 16
+                with buildfolder.open_listed(folder, relative) as src:
+                    info.file_size = src.seek(0, os.SEEK_END)
+                    src.seek(0)
+                    with archive.open(info, "w", force_zip64=True) as out:
+                        shutil.copyfileobj(src, out, CHUNK)
+    except buildfolder.NotListable as err:
+        raise PublishError(f"{folder}: {err.filename}: {err.strerror}; not published") from None
+    except OSError as err:
+        raise naming(err, dest) from err
 
 
 def archive_parts(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
@@ -248,30 +294,38 @@ def archive_name(folder: str, index: int, count: int) -> str:
     return f"{folder}.zip" if count == 1 else f"{folder}-{index + 1:05d}-of-{count:05d}.zip"
 
 
+def exported_files(folder: str) -> dict[str, int]:
+    """The export's files as build.json lists them (path relative to DIR/upstream -> size):
+    what the build wrote, never an earlier build's leftover beside it."""
+    report = buildfolder.read_report(folder) or {}
+    prefix = UPSTREAM_DIR + "/"
+    return {e["path"][len(prefix):]: e["bytes"]
+            for e in buildfolder.listed(report, "upstream_files") if e["path"].startswith(prefix)}
+
+
 def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> list[PlannedFile]:
     """The upstream export as the upstream release's `test/`: top-level files as they are, each
     top-level image folder packed into zip archive(s) written under `staging`."""
-    upstream = fileio.join(folder, UPSTREAM_DIR)
-    files = list_files(upstream)
-    if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in files):
-        raise PublishError(f"--with_upstream: {upstream} holds no *{UPSTREAM_SUFFIX} (was the build "
-                           "run with --no_upstream_export?); rebuild, or publish without it")
+    exported = exported_files(folder)
+    if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in exported):
+        raise PublishError(f"--with_upstream: {fileio.join(folder, UPSTREAM_DIR)} holds no "
+                           f"*{UPSTREAM_SUFFIX} (was the build run with --no_upstream_export?); "
+                           "rebuild, or publish without it")
     planned = []
     groups = {}
-    for name in files:
+    for name in sorted(exported):
         top, sep, _ = name.partition("/")
         if sep:
             groups.setdefault(top, []).append(name)
         else:
             kind = "upstream-jsonl" if name.endswith(UPSTREAM_SUFFIX) else "upstream-file"
-            planned.append(planned_file(f"{prefix}/{name}", fileio.join(upstream, name), kind))
+            planned.append(built_file(f"{prefix}/{name}", folder, f"{UPSTREAM_DIR}/{name}", kind))
     for top, names in sorted(groups.items()):
-        sizes = {n: file_size(fileio.join(upstream, n)) for n in names}
-        parts = archive_parts(names, sizes, max_bytes)
+        parts = archive_parts(names, exported, max_bytes)
         for index, members in enumerate(parts):
             repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
             dest = os.path.join(staging, "archives", *repo_path.split("/"))
-            write_deterministic_zip([(n, fileio.join(upstream, n)) for n in members], dest)
+            write_deterministic_zip([(n, f"{UPSTREAM_DIR}/{n}") for n in members], dest, folder)
             planned.append(planned_file(repo_path, dest, "upstream-archive"))
     return planned
 
@@ -283,7 +337,7 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen = {CARD: "card"}
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
-    return [planned_file(p, fileio.join(folder, p), kind) for p, kind in sorted(chosen.items())]
+    return [built_file(p, folder, p, kind) for p, kind in sorted(chosen.items())]
 
 
 def collect_files(folder: str, staging: str, with_upstream: bool = False,
@@ -327,31 +381,30 @@ def is_identical(planned: PlannedFile, remote: RemoteFile | None) -> bool:
     return remote.git_sha1 is not None and remote.git_sha1 == planned.git_sha1
 
 
-def is_managed(path: str, with_upstream: bool, upstream_prefix: str) -> bool:
-    """Remote paths this publish owns: a stale one is deleted. Anything else (`.gitattributes`,
+def is_managed(path: str, owned: set[str], globs: list[str]) -> bool:
+    """Whether a remote path this publication does not hold is stale and deleted: a file an
+    earlier publish wrote (`owned`), a file the card's `globs` match (it would be read as the
+    build's), or a temporary file an interrupted publish left. Anything else (`.gitattributes`,
     files a user added) is left alone."""
-    if posixpath.basename(path).startswith(TEMP_PREFIX) or path.endswith(".parquet"):
+    if path in owned or TEMPORARY_NAME.match(posixpath.basename(path)):
         return True
-    if path.startswith(REPORTS_DIR + "/"):
-        return True
-    return with_upstream and path.startswith(upstream_prefix + "/")
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in globs)
 
 
 def make_plan(target: str, files: list[PlannedFile], remote: dict[str, RemoteFile],
-              commit_message: str, with_upstream: bool, upstream_prefix: str,
+              commit_message: str, owned: set[str], globs: list[str],
               max_commit_bytes: int, max_commit_files: int) -> Plan:
     wanted = {f.path for f in files}
     skip = [f for f in files if is_identical(f, remote.get(f.path))]
     upload = [f for f in files if not is_identical(f, remote.get(f.path))]
-    delete = sorted(p for p in remote
-                    if p not in wanted and is_managed(p, with_upstream, upstream_prefix))
+    delete = sorted(p for p in remote if p not in wanted and is_managed(p, owned, globs))
     atomic = (sum(f.size for f in upload) <= max_commit_bytes
               and len(upload) + len(delete) <= max_commit_files)
     return Plan(target, files, upload, skip, delete, atomic, commit_message)
 
 
 def default_commit_message(folder: str) -> str:
-    report = json.loads(fileio.read_bytes(fileio.join(folder, BUILD_REPORT)))
+    report = buildfolder.read_report(folder) or {}  # checked before (validate_for_publishing)
     stamp = report.get("stamp") or {}
     configs = sorted({e["config"] for e in report["scenarios"].values() if e.get("config")})
     return (f"Publish ProactiveBench build: {', '.join(configs)} "
@@ -536,6 +589,16 @@ class HubTarget:
             return {}
         return self.client.remote_files(self.repo_id, self.revision)
 
+    def owned(self, remote: dict[str, RemoteFile], with_upstream: bool,
+              upstream_prefix: str) -> tuple[set[str], list[str]]:
+        """Remote files taken as an earlier publish's: a dataset repo's `reports/*` and, with
+        --with_upstream, the upstream prefix (the repo records no list of what it published)."""
+        return {p for p in remote if p.startswith(REPORTS_DIR + "/")
+                or (with_upstream and p.startswith(upstream_prefix + "/"))}, []
+
+    def record(self, files: list[PlannedFile], staging: str) -> list[PlannedFile]:
+        return []
+
     def how(self, plan: Plan) -> str:
         if plan.atomic:
             return "one atomic commit (create_commit)"
@@ -602,46 +665,114 @@ class FsspecTarget:
 
     def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
         """Sizes of every file; sha256 only where a planned file of the same size could match
-        (hashing the whole target on every run would read all of it)."""
+        (hashing the whole target on every run would read all of it). A FIFO or other special
+        file of the target is never opened: it is replaced when a planned file goes there."""
         if not self.fs.isdir(self.root):
             return {}
         sizes = {f.path: f.size for f in files}
         found = {}
-        for full, info in sorted(self.fs.find(self.root, detail=True).items()):
-            path = posixpath.relpath(full, self.root)
-            same_size = sizes.get(path) == info["size"]
-            sha256 = file_digests(self.final_url(path))[1] if same_size else None
-            found[path] = RemoteFile(path, info["size"], sha256)
+        for path, size in self.sizes():
+            sha256 = None
+            if sizes.get(path) == size:
+                try:
+                    sha256 = file_digests(self.final_url(path))[1]
+                except fileio.NotARegularFile:
+                    pass
+            found[path] = RemoteFile(path, size, sha256)
         return found
+
+    def sizes(self) -> list[tuple[str, int]]:
+        """(path, size) of every file in the target; locally a link is not followed (its size
+        is -1: never taken for a planned file's bytes)."""
+        if not fileio.is_local(self.url):
+            return [(posixpath.relpath(full, self.root), info["size"])
+                    for full, info in sorted(self.fs.find(self.root, detail=True).items())]
+        found = []
+        for path in buildfolder.files_under(self.url):
+            info = os.lstat(os.path.join(fileio.local_path(self.url), *path.split("/")))
+            found.append((path, info.st_size if stat.S_ISREG(info.st_mode) else -1))
+        return found
+
+    def owned(self, remote: dict[str, RemoteFile], with_upstream: bool,
+              upstream_prefix: str) -> tuple[set[str], list[str]]:
+        """The files the last publish into this folder wrote, as it recorded them in
+        MANIFEST (none when there is no record: then only files the card's globs match and
+        temporary files are taken as stale)."""
+        if MANIFEST not in remote:
+            return set(), []
+        try:
+            data = json.loads(fileio.read_bytes(self.final_url(MANIFEST), MANIFEST_MAX_BYTES))
+            files = data["files"]
+            if not isinstance(files, list) or not all(isinstance(p, str) for p in files):
+                raise TypeError("`files` is not a list of paths")
+        except (OSError, ValueError, RecursionError, TypeError, KeyError) as err:
+            return set(), [f"{MANIFEST} in the target is unreadable ({type(err).__name__}); only "
+                           "files the card's globs match are taken as stale"]
+        return set(files), []
+
+    def record(self, files: list[PlannedFile], staging: str) -> list[PlannedFile]:
+        """MANIFEST: the paths this publish puts in the folder (published after them)."""
+        local = os.path.join(staging, "record", MANIFEST)
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        listing = {"files": sorted(f.path for f in files), "written_by": "run_pipeline.py publish"}
+        try:
+            with open(local, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(listing, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise naming(err, local) from err
+        return [planned_file(MANIFEST, local, "record")]
 
     def final_url(self, path: str) -> str:
         return fileio.join(self.url, *path.split("/"))
 
     def apply(self, plan: Plan, staging: str) -> None:
-        written = []
+        """Every file under a temporary name, then renamed: data first, the card and the
+        record last, so the card never names a file that is not there yet. Whatever stops it
+        (a full disk, Ctrl-C, SIGTERM) removes the temporary files not yet renamed."""
+        pending = []
         try:
             for f in plan.upload:
-                written.append((self.write_temporary(f), f))
-        except BaseException:
-            for temp, _ in written:
-                self.fs.rm(temp)
-            raise
-        # Data first and the card last, so the card never names a file that is not there yet.
-        written.sort(key=lambda item: (item[1].path == CARD, item[1].path))
-        for temp, f in written:
-            self.fs.mv(temp, posixpath.join(self.root, f.path))
+                pending.append((self.write_temporary(f), f))
+            pending.sort(key=lambda item: (item[1].kind == "record", item[1].path == CARD,
+                                           item[1].path))
+            while pending:
+                temp, f = pending[0]
+                self.fs.mv(temp, posixpath.join(self.root, f.path))
+                pending.pop(0)
+        finally:
+            for temp, _ in pending:
+                self.remove_quietly(temp)
         for path in plan.delete:
             self.fs.rm(posixpath.join(self.root, path))
 
     def write_temporary(self, f: PlannedFile) -> str:
-        """Copies `f` next to its final place under a name no `configs:` glob matches."""
+        """Copies `f` next to its final place under a name no `configs:` glob matches; on any
+        failure the temporary file is removed."""
         dest = posixpath.join(self.root, f.path)
-        self.fs.makedirs(posixpath.dirname(dest), exist_ok=True)
         temp = fileio.temporary_name(dest)
-        src_fs, src = fileio.filesystem(f.source)
-        with src_fs.open(src, "rb") as inp, self.fs.open(temp, "wb") as out:
-            shutil.copyfileobj(inp, out, CHUNK)
+        try:
+            self.fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+            self.copy_bytes(f.source, temp)
+        except BaseException as err:
+            self.remove_quietly(temp)
+            if isinstance(err, OSError):
+                raise naming(err, dest) from err
+            raise
         return temp
+
+    def copy_bytes(self, source: str, temp: str) -> None:
+        with fileio.open_source(source) as inp, self.fs.open(temp, "wb") as out:
+            shutil.copyfileobj(inp, out, CHUNK)
+
+    def remove_quietly(self, path: str) -> None:
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path)
+        except OSError:
+            pass
+
+    def local_root(self) -> str | None:
+        return self.url if fileio.is_local(self.url) else None
 
 
 # ----------------------------------------------------------------------------- publish
@@ -656,19 +787,54 @@ def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool =
     """Validate `folder` (and check it with `check`, see `validate_for_publishing`), plan
     against what `target` already holds, and (unless `dry_run`) upload what is missing and
     delete what is stale. Returns the plan."""
-    validate_for_publishing(folder, check)
-    notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work
-    owned_staging = staging_dir is None
-    staging = tempfile.mkdtemp(prefix="proactivebench-publish-") if owned_staging else staging_dir
+    check_upstream_prefix(upstream_prefix)
+    refuse_inside(folder, getattr(target, "local_root", lambda: None)(), "the target")
+    refuse_inside(folder, staging_dir, "--staging_dir")
+    validate_for_publishing(folder, check, upstream=with_upstream)
     try:
-        files = collect_files(folder, staging, with_upstream, upstream_prefix, archive_max_bytes)
-        message = commit_message or default_commit_message(folder)
-        plan = make_plan(target.describe(), files, target.remote_files(files), message,
-                         with_upstream, upstream_prefix, max_commit_bytes, max_commit_files)
-        plan.notes, plan.how = notes, target.how(plan)
-        if not dry_run and not plan.empty:
-            target.apply(plan, staging)
-        return plan
-    finally:
-        if owned_staging:
+        notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work
+        if staging_dir is not None:
+            os.makedirs(staging_dir, exist_ok=True)
+        # a folder of its own, inside the user's staging folder too, removed whatever happens
+        staging = tempfile.mkdtemp(prefix="proactivebench-publish-", dir=staging_dir)
+        try:
+            files = collect_files(folder, staging, with_upstream, upstream_prefix,
+                                  archive_max_bytes)
+            files = sorted(files + target.record(files, staging), key=lambda f: f.path)
+            message = commit_message or default_commit_message(folder)
+            remote = target.remote_files(files)
+            owned, owned_notes = target.owned(remote, with_upstream, upstream_prefix)
+            globs = card_globs(read_card_configs(folder))
+            plan = make_plan(target.describe(), files, remote, message, owned, globs,
+                             max_commit_bytes, max_commit_files)
+            plan.notes, plan.how = notes + owned_notes, target.how(plan)
+            if not dry_run and not plan.empty:
+                target.apply(plan, staging)
+            return plan
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
+    except OSError as err:
+        if not err.errno:
+            raise
+        raise PublishOutputError.of(err) from err
+
+
+def check_upstream_prefix(prefix: str) -> None:
+    """The export's folder in the target: a plain relative path (nothing written outside)."""
+    problem = buildfolder.relative_path_problem(prefix)
+    if problem:
+        raise PublishError(f"--upstream_prefix {prefix!r}: {problem}; give a folder inside the "
+                           f"target (default: {DEFAULT_UPSTREAM_PREFIX})")
+
+
+def refuse_inside(folder: str, path: str | None, what: str) -> None:
+    """Refuse a local `path` that is the build folder or lies inside it: publishing would
+    change the folder it publishes (and a later validate would find files it did not write)."""
+    if path is None or not fileio.is_local(path) or not fileio.is_local(folder):
+        return
+    root = os.path.realpath(fileio.local_path(folder))
+    real = os.path.realpath(fileio.local_path(path))
+    if os.path.commonpath([root, real]) == root:
+        raise PublishError(f"{what} {path} is inside the build folder {folder} (or is it): "
+                           "publishing would change what it publishes; choose a folder "
+                           "outside it")

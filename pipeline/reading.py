@@ -140,6 +140,11 @@ def train_example_values(value: results.Candidate, config: BuildConfig):
     except BadItem as err:
         yield bad_item_letter(scenario, value.scenario, value.key, err)
         return
+    except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter (as a test one)
+        LOG.warning("%s: %s failed", value.scenario, value.key, exc_info=True)
+        yield results.DeadLetter(value.scenario, value.key,
+                                 f"unexpected error: {type(err).__name__}: {err}", value.key)
+        return
     yield results.TrainExample(value.scenario, name, value.key, example)
 
 

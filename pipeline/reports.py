@@ -1,6 +1,7 @@
 """The terminal step: everything the build produced flows here, and it writes the reports,
 the upstream JSONL files and the dataset card. It is the commit point of a build: shards are
-complete files by the time it runs, and it removes shard files a previous run left behind."""
+complete files by the time it runs, and it removes shard files and exported files a previous run
+left behind. build.json lists every shard and every exported file with its size and sha256."""
 from __future__ import annotations
 
 import json
@@ -9,13 +10,13 @@ from collections import Counter, defaultdict
 
 import apache_beam as beam
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import buildfolder, fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, CARD, DEAD_LETTERS, FILTER_REPORT, REPORTS_DIR, TEST, TRAIN, TRAIN_CONFIG,
-    UNFILTERED, relative_to, split_folder, split_glob)
+    UNFILTERED, UPSTREAM_DIR, relative_to, split_folder, split_glob)
 from proactivebench_builder.pipeline import dataset_card, failures, upstream_export
-from proactivebench_builder.pipeline.partial_rebuild import merge_reports
+from proactivebench_builder.pipeline.partial_rebuild import kept_configs, merge_reports
 from proactivebench_builder.pipeline.train import summarize_train
 
 LOG = logging.getLogger(__name__)
@@ -109,13 +110,7 @@ class WriteReports(beam.DoFn):
         dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
         fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), dead_text.encode("utf-8"))
 
-        lines = defaultdict(dict)
-        for v in values:
-            if isinstance(v, results.UpstreamLine):
-                lines[v.config][v.id] = v.line
-        for config, by_id in sorted(lines.items()):
-            upstream_export.write_jsonl(output, config, by_id)
-
+        exported = self._write_export(output, values)
         rebuilt = [config for config, n in c.config_to_scenario.items() if n in c.scenarios]
         self._remove_stale_shards(output, shards, rebuilt)
         fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT),
@@ -124,8 +119,8 @@ class WriteReports(beam.DoFn):
         # "building" until the launcher has checked the build and records "ok" or "failed"
         # (core.buildfolder): nothing trusts a folder whose build did not get that far
         build = {"scenarios": report, "stamp": stamp, "files": files, "sources": sources,
-                 "upstream_export": bool(c.export_upstream), "status": "building",
-                 "stand_ins": dataset_card.stand_ins_of(report)}
+                 "upstream_export": bool(c.export_upstream), "upstream_files": exported,
+                 "status": "building", "stand_ins": dataset_card.stand_ins_of(report)}
         extra_configs = []
         if train is not None:
             build["train"] = train
@@ -137,6 +132,43 @@ class WriteReports(beam.DoFn):
         fileio.write_bytes_atomic(fileio.join(output, CARD), card.encode("utf-8"))
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         return build
+
+    def _write_export(self, output: str, values: list) -> list[dict]:
+        """Write the export's JSONL files; returns build.json's `upstream_files`: every file of
+        the export this build wrote (the digests came with the lines, taken from the bytes
+        written), plus, in an update, those of the configs it keeps. Files of an earlier export
+        that are neither are removed, so the export holds what the report says."""
+        lines, exported = defaultdict(dict), {}
+        for v in values:
+            if isinstance(v, results.UpstreamLine):
+                lines[v.config][v.id] = v.line
+                for written in v.files:
+                    exported[written[0]] = upstream_export.file_entry(v.config, written)
+        for config, by_id in sorted(lines.items()):
+            entry = upstream_export.write_jsonl(output, config, by_id)
+            exported[entry["path"]] = entry
+        known = True  # whether every file of the export that is to stay is listed now
+        if self.config.update:
+            previous = self.config.update["previous"]
+            kept = kept_configs(previous, self.config.update["kept"])
+            known = isinstance(previous.get("upstream_files"), list)
+            for entry in buildfolder.listed(previous, "upstream_files"):
+                if entry["config"] in kept:
+                    exported.setdefault(entry["path"], entry)
+        if known:
+            self._remove_stale_export(output, exported)
+        return sorted(exported.values(), key=lambda e: e["path"])
+
+    def _remove_stale_export(self, output: str, exported: dict) -> None:
+        """An earlier build's exported files this build neither wrote nor keeps."""
+        upstream = fileio.join(output, UPSTREAM_DIR)
+        stale = [relative for relative in buildfolder.files_under(upstream)  # links not followed
+                 if f"{UPSTREAM_DIR}/{relative}" not in exported]
+        for relative in stale:
+            buildfolder.remove_file(fileio.join(upstream, relative))
+        if stale:
+            LOG.info("removed %d files of an earlier upstream export from %s", len(stale),
+                     fileio.join(output, UPSTREAM_DIR))
 
     def _remove_stale_shards(self, output: str, shards: list, rebuilt=()) -> None:
         """A previous build may have written a different number of shards; leftovers would be

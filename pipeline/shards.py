@@ -1,10 +1,8 @@
 """The per-scenario pool step (ids, selection, shard plan) and the shard writer."""
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
-import posixpath
 import tempfile
 
 import apache_beam as beam
@@ -12,14 +10,14 @@ import apache_beam as beam
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import SourceError
-from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
 from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.filters.selection import apply_selection
 from proactivebench_builder.pipeline import failures, progress, upstream_export
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.train import train_shard_rows, write_train_shard
-from proactivebench_builder.pipeline.writers import shard_plan, write_parquet
+from proactivebench_builder.pipeline.writers import (
+    FrameChanged, checked_frame, dropped_the_only_shard, shard_plan, write_parquet)
 
 LOG = logging.getLogger(__name__)
 
@@ -149,40 +147,6 @@ def prefetch(scenario, rows: list[dict]) -> ReadAhead | None:
     return ahead
 
 
-class FrameChanged(Exception):
-    """A frame's source no longer gives the bytes validated when its sample was built."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(reason)
-        self.path, self.reason = path, reason
-
-
-def checked_frame(scenario, ref: dict) -> bytes:
-    """A frame's bytes, proven to be the bytes validated when its sample was built: equal to
-    the sha256 recorded then, or (a reference without one) a complete image when decoded as the
-    build validates. A source file changed, truncated, replaced by a link or removed since
-    raises FrameChanged; the writer drops the row, and it becomes a dead letter."""
-    where = ref.get("url", "") + (f":{ref['member']}" if ref.get("member") else "")
-    path = scenario.relative(ref["url"]) + (f":{ref['member']}" if ref.get("member") else "") \
-        if ref.get("url") else ""
-    try:
-        data = scenario.load_frame(ref)
-    except Exception as err:  # noqa: BLE001 - gone, unreadable, a link: the row's dead letter
-        raise FrameChanged(path, f"frame unreadable when written: {type(err).__name__}: "
-                                 f"{getattr(err, 'reason', err)}") from None
-    expected = ref.get("sha256")
-    if expected is not None:
-        if hashlib.sha256(data).hexdigest() != expected:
-            raise FrameChanged(path, "frame changed after validation: its bytes differ from "
-                                     "the bytes validated when the sample was built")
-    elif ref.get("kind") == "file":
-        try:
-            check_image(data, posixpath.basename(where))
-        except BadImage as err:
-            raise FrameChanged(path, f"frame changed after validation: {err}") from None
-    return data
-
-
 class WriteShard(beam.DoFn):
     """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
     pool it also writes the upstream layout's image files and JSONL lines. Train shards are
@@ -209,7 +173,7 @@ class WriteShard(beam.DoFn):
     def write(self, shard: results.ShardKey, rows):
         split, name, index, count, copy_to_test = shard
         if split == TRAIN:
-            yield write_train_shard(self.config, index, count, rows)
+            yield from write_train_shard(self.config, index, count, rows)
             return
         scenario = scenario_instance(name, self.config)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
@@ -218,6 +182,7 @@ class WriteShard(beam.DoFn):
 
         prefetched = prefetch(scenario, rows)
         dropped = []
+        exported = {}  # key -> what build.json records of its exported images
 
         def materialized():
             for r, row in enumerate(rows):
@@ -231,8 +196,9 @@ class WriteShard(beam.DoFn):
                     dropped.append((row, err))
                     continue
                 if export:
-                    for frame in frames:
+                    exported[row["key"]] = tuple(
                         upstream_export.write_image(output, frame["path"], frame["bytes"])
+                        for frame in frames)
                 yield dict(row, frames=frames)
 
         config = scenario.config_name
@@ -251,6 +217,8 @@ class WriteShard(beam.DoFn):
             yield results.Dropped(name, split, split == TEST or copy_to_test)
         dropped_keys = {row["key"] for row, _ in dropped}
         rows = [row for row in rows if row["key"] not in dropped_keys]
+        if dropped_the_only_shard(url, written, count):
+            return
         facts = (written["rows"], written["bytes"], written["sha256"])
         yield results.ShardWritten(name, config, split, url, *facts)
         if copy_to_test:
@@ -259,4 +227,5 @@ class WriteShard(beam.DoFn):
             yield results.ShardWritten(name, config, TEST, twin, *facts)
         if export:
             for row in rows:
-                yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row))
+                yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),
+                                           exported.get(row["key"], ()))

@@ -24,7 +24,8 @@ from proactivebench_builder.core.layout import TRAIN, TRAIN_CONFIG, shard_url
 from proactivebench_builder.core.records import train_arrow_schema
 from proactivebench_builder.filters.predictions import train_confidences
 from proactivebench_builder.pipeline.scenarios import train_scenario
-from proactivebench_builder.pipeline.writers import shard_plan, write_parquet
+from proactivebench_builder.pipeline.writers import (
+    FrameChanged, checked_frame, dropped_the_only_shard, shard_plan, write_parquet)
 
 LOG = logging.getLogger(__name__)
 TRAIN_ROWS_PER_SHARD = 1000  # ~50 MB of COCO crops; more shards let both workers render
@@ -60,25 +61,37 @@ def confidences_for(config: BuildConfig) -> dict:
     return _CONFIDENCES[url]
 
 
-def write_train_shard(config: BuildConfig, index: int, count: int,
-                      values) -> results.ShardWritten:
-    """Render the frames of one train shard's examples and write it; its shard info."""
+def write_train_shard(config: BuildConfig, index: int, count: int, values):
+    """Render the frames of one train shard's examples and write it: its ShardWritten, and for
+    an example whose frame changed since it was validated (checked as the test split's are:
+    writers.checked_frame) a DeadLetter and a Dropped instead of its row."""
     values = sorted(values, key=lambda v: v.key)
     confidences = confidences_for(config)
+    written_rows, dropped = [], []
 
     def rows():
         for value in values:
             row = value.row
-            data = train_scenario(value.name, config).load_frame(row["image_ref"])
+            try:
+                data = checked_frame(train_scenario(value.name, config), row["image_ref"])
+            except FrameChanged as err:
+                dropped.append((value, err))
+                continue
+            written_rows.append(row)
             yield dict(row, images=[{"bytes": data, "path": f"{row['key']}.img"}],
                        **confidences.get((row["config"], row["key"]), {}))
 
     url = shard_url(config.output, TRAIN, TRAIN_CONFIG, index, count)
     written = write_parquet(url, rows(), train_arrow_schema(), 200)
     LOG.info("train: wrote %s (%d rows)", url, written["rows"])
-    return results.ShardWritten(TRAIN, TRAIN_CONFIG, TRAIN, url, written["rows"],
-                                written["bytes"], written["sha256"],
-                                mix=_mix(v.row for v in values))
+    for value, err in dropped:
+        LOG.warning("train: %s dropped: %s", value.key, err.reason)
+        yield results.DeadLetter(value.scenario, err.path or value.key, err.reason, value.key)
+        yield results.Dropped(value.scenario, TRAIN, False)
+    if dropped_the_only_shard(url, written, count):
+        return
+    yield results.ShardWritten(TRAIN, TRAIN_CONFIG, TRAIN, url, written["rows"],
+                               written["bytes"], written["sha256"], mix=_mix(written_rows))
 
 
 def unused_confidences(output: str, files: list[dict], url: str) -> list[tuple[str, str]]:
@@ -114,6 +127,9 @@ def summarize_train(values: list) -> dict:
     for v in values:
         if isinstance(v, results.TrainPool):
             examples.update(v.examples)
+            continue
+        if isinstance(v, results.Dropped) and v.split == TRAIN:  # now a dead letter
+            examples[v.scenario] -= 1
             continue
         if isinstance(v, results.ShardWritten) and v.split == TRAIN:
             for config, mix in v.mix.items():

@@ -11,20 +11,42 @@ Every registered scenario is exported the same way. Upstream's package plays onl
 configs; our runtime plays any scenario's export (`evaluate --data DIR/upstream`), finding the
 frames where the scenario's `frame_path` put them and playing them as its `environment`
 declares (`transforms.environment.Play`).
+
+Every exported file is covered like a shard: its size and sha256, taken from the bytes written
+(no second read), travel with its line (`results.UpstreamLine.files`) to the terminal step,
+which lists them in `reports/build.json` under `upstream_files` ({path, bytes, sha256, config},
+paths relative to DIR), with the JSONL files it writes itself. `validate`, `publish
+--with_upstream` and `evaluate --data DIR/upstream` check them (`core.buildfolder
+.upstream_problems`). A copy of the export outside its build folder has no build.json beside it:
+nothing checks it, as nothing checks the upstream release's own `test/` folder.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.layout import upstream_dir, upstream_jsonl_name
+from proactivebench_builder.core.layout import UPSTREAM_DIR, upstream_dir, upstream_jsonl_name
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 
 OWN_FIELDS = ("key", "question_type", "frame_ids", "source")
 
 
-def write_image(output: str, relative_path: str, data: bytes) -> None:
+def write_image(output: str, relative_path: str, data: bytes) -> tuple[str, int, str]:
+    """Write one exported image; returns what build.json records of it (`exported_file`)."""
     fileio.write_bytes_atomic(fileio.join(upstream_dir(output), relative_path), data)
+    return exported_file(relative_path, data)
+
+
+def exported_file(relative_path: str, data: bytes) -> tuple[str, int, str]:
+    """(path relative to DIR, size, sha256) of an exported file holding `data`."""
+    return f"{UPSTREAM_DIR}/{relative_path}", len(data), hashlib.sha256(data).hexdigest()
+
+
+def file_entry(config: str, exported: tuple[str, int, str]) -> dict:
+    """An `upstream_files` entry of build.json."""
+    path, size, sha256 = exported
+    return {"path": path, "bytes": size, "sha256": sha256, "config": config}
 
 
 def record(row: dict) -> dict:
@@ -38,8 +60,9 @@ def jsonl_line(row: dict) -> str:
     return json.dumps(record(row), ensure_ascii=False)
 
 
-def write_jsonl(output: str, config: str, lines_by_id: dict[int, str]) -> str:
-    url = fileio.join(upstream_dir(output), upstream_jsonl_name(config))
-    text = "".join(lines_by_id[i] + "\n" for i in sorted(lines_by_id))
-    fileio.write_bytes_atomic(url, text.encode("utf-8"))
-    return url
+def write_jsonl(output: str, config: str, lines_by_id: dict[int, str]) -> dict:
+    """Write `<config>_preprocessed.jsonl`; returns its `upstream_files` entry."""
+    name = upstream_jsonl_name(config)
+    data = "".join(lines_by_id[i] + "\n" for i in sorted(lines_by_id)).encode("utf-8")
+    fileio.write_bytes_atomic(fileio.join(upstream_dir(output), name), data)
+    return file_entry(config, exported_file(name, data))

@@ -8,13 +8,19 @@ numbered without gaps; every file is written under a temporary name and renamed 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import posixpath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.seeding import stable_hash
+from proactivebench_builder.transforms.base import SourceChanged
+
+LOG = logging.getLogger(__name__)
 
 _HASH_SPACE = 2 ** 128
 
@@ -143,3 +149,52 @@ class _Hashing:
 
     def __getattr__(self, name):  # tell, flush, close, closed, ... of the real file
         return getattr(self._raw, name)
+
+
+class FrameChanged(Exception):
+    """A frame's source no longer gives the bytes validated when its sample was built."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def checked_frame(scenario, ref: dict) -> bytes:
+    """A frame's bytes, proven to be the bytes validated when its sample was built: equal to
+    the sha256 recorded then, or (a reference without one) a complete image when decoded as the
+    build validates. A source file changed, truncated, replaced by a link or removed since
+    raises FrameChanged; the writer drops the row, and it becomes a dead letter."""
+    where = ref.get("url", "") + (f":{ref['member']}" if ref.get("member") else "")
+    path = scenario.relative(ref["url"]) + (f":{ref['member']}" if ref.get("member") else "") \
+        if ref.get("url") else ""
+    try:
+        data = scenario.load_frame(ref)
+    except SourceChanged as err:  # a frame made from a source file (a crop) checks its source
+        raise FrameChanged(path, err.reason) from None
+    except Exception as err:  # noqa: BLE001 - gone, unreadable, a link: the row's dead letter
+        raise FrameChanged(path, f"frame unreadable when written: {type(err).__name__}: "
+                                 f"{getattr(err, 'reason', err)}") from None
+    expected = ref.get("sha256")
+    if expected is not None:
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise FrameChanged(path, "frame changed after validation: its bytes differ from "
+                                     "the bytes validated when the sample was built")
+    elif ref.get("kind") == "file":
+        try:
+            check_image(data, posixpath.basename(where))
+        except BadImage as err:
+            raise FrameChanged(path, f"frame changed after validation: {err}") from None
+    return data
+
+
+def dropped_the_only_shard(url: str, written: dict, count: int) -> bool:
+    """Whether the shard at `url` came out with no row (every row's frames changed since they
+    were validated) and is its split's only shard: it is removed, as an empty split has no
+    shard (datasets cannot load a 0-row one). An empty shard among several is kept, and the
+    final validation names it: renumbering the others is not this stage's to do."""
+    if written["rows"] or count != 1:
+        return False
+    fileio.remove(url)
+    LOG.warning("%s: no row left (their frames changed since they were validated): removed",
+                url)
+    return True

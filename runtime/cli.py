@@ -1,21 +1,27 @@
 """`python -m proactivebench_builder.runtime evaluate ...`: play a built benchmark against a model.
 
-Per-sample results go to a JSONL file as they finish (one line per sample: the trajectory and
-its outcome, and a fingerprint of the sample played, `loading.sample_fingerprint`); a rerun with
-the same file skips the samples already there, so an interrupted run resumes. Only lines of
-this run's settings for samples of the current --data are reused and scored: lines for samples
-no longer in the data (e.g. filtered out by a rebuild) are left out of the table, and lines for
-a current sample played on other content (a rebuild with another seed or sources, or a line
-written before lines had a fingerprint) are refused in one line before any work. At the end a
-table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge) per scenario and on
-average is printed. A run that would play nothing (no playable config) is refused.
+Per-sample results go to a JSONL file as they finish (`runtime.results_file`: one line per
+sample, written whole: the trajectory and its outcome, what decided it, and a fingerprint of the
+sample played, `loading.sample_fingerprint`); a rerun with the same file skips the samples
+already there, so an interrupted run resumes. A line is reused only by the run that decides it
+(`run_signature`: the settings, the model by adapter, name and endpoint, the OEG judge likewise)
+for a sample of the current --data: lines for samples no longer in the data (e.g. filtered out
+by a rebuild) are left out of the table, and lines for a current sample played on other content
+(a rebuild with another seed or sources), or written before lines recorded their sample or their
+model's identity, are refused in one line before any work. A last line cut short by a kill is
+dropped with a warning and played again; any other damaged line is named by its number.
+At the end a table of acc / psr (MCQA, reference) or cc / ps / agg (OEG, with --judge) per
+scenario and on average is printed. A run that would play nothing (no playable config), or data
+holding rows that cannot be played (each named), is refused.
 With --first-round-only the file holds first-turn predictions in the leakage filter's schema
-(`runtime.predictions_schema`).
+(`runtime.predictions_schema`), the model named by its identity.
+
+Ctrl-C (and SIGTERM, SIGHUP where core.cli turns them into the same interruption) cancels the
+requests in flight at once (`Model.cancel`), so the run ends within a second with whole lines.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -24,16 +30,21 @@ from tqdm import tqdm
 
 from proactivebench_builder import transforms
 from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, closest, non_negative_int, positive_float, positive_int,
-    run_command)
-from proactivebench_builder.runtime import environments as envs, loading, metrics, open_ended
+    DEBUG_HELP, CommandParser, at_interrupt, closest, non_negative_int, positive_float,
+    positive_int, run_command)
+from proactivebench_builder.core.errors import CommandError
+from proactivebench_builder.core.play import MalformedRecord
+from proactivebench_builder.runtime import (
+    environments as envs, loading, metrics, open_ended, results_file)
 from proactivebench_builder.runtime.episodes import run_episode
-from proactivebench_builder.runtime.model_specs import ModelSpecError, check_model_spec, load_model
+from proactivebench_builder.runtime.model_specs import (
+    ModelSpecError, check_model_spec, is_policy, load_model, model_identity)
 from proactivebench_builder.runtime.models import ModelError
 from proactivebench_builder.runtime.predictions_schema import prediction_row
 
 PROG = "python -m proactivebench_builder.runtime"
 JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
+MAX_CONCURRENCY = 256  # a thread per sample in flight: more only costs memory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,9 +77,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--concurrency", type=positive_int, default=1,
-                    help="samples played in parallel")
+                    help=f"samples played in parallel (at most {MAX_CONCURRENCY}; one thread "
+                         "each)")
     ev.add_argument("--timeout", type=positive_float, default=60.0,
-                    help="HTTP adapters: seconds")
+                    help="HTTP adapters: seconds one request may take in all (connecting, "
+                         "sending, the whole reply)")
     ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
@@ -78,6 +91,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         shown = " ".join(rest[:2]) + (" ..." if len(rest) > 2 else "")
         parser.error(f"the command is missing; did you mean: {PROG} evaluate {shown}?")
     args = parser.parse_args(argv)
+    if args.concurrency > MAX_CONCURRENCY:
+        ev.error(f"argument --concurrency: at most {MAX_CONCURRENCY} (one thread per sample "
+                 f"in flight), got {args.concurrency}")
     if os.path.isdir(args.results):
         ev.error(f"--results {args.results} is a folder; give the path of a JSONL file")
     for flag, spec in (("--model", args.model), ("--judge", args.judge)):
@@ -104,11 +120,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def selected_configs(args) -> list[str]:
-    present = loading.available_configs(args.data)
     if args.scenarios == "all":
-        return present
+        return loading.available_configs(args.data)
     wanted = [transforms.resolve_config(s) for s in args.scenarios.split(",") if s.strip()]
-    return [c for c in wanted if c in present] if os.path.isdir(args.data) else wanted
+    if loading.data_kind(args.data) == loading.HUB:  # what the Hub holds shows when it loads
+        return list(dict.fromkeys(wanted))
+    present = loading.available_configs(args.data)
+    return [c for c in dict.fromkeys(wanted) if c in present]
 
 
 def played_split(args) -> str:
@@ -119,18 +137,27 @@ def played_split(args) -> str:
     return "unfiltered" if args.first_round_only else "test"
 
 
-def run_signature(args, model_name: str) -> dict:
-    """What identifies a result line as belonging to this run (for resuming and the table)."""
-    return {"model": model_name, "mode": args.mode, "hint": args.hint,
+def run_signature(args) -> dict:
+    """What identifies a result line as belonging to this run (for resuming and the table):
+    every setting that decides a result, the model and (OEG) the judge by their adapter,
+    model and endpoint (`model_specs.model_identity`); the sample is identified by its key and
+    fingerprint. Prediction lines (--first_round_only) keep the filter's schema: there the
+    model's identity is their `model`."""
+    return {"model": load_name(args.model), "model_spec": model_identity(args.model),
+            "mode": args.mode, "hint": args.hint,
             "random_suggestions": args.random_suggestions, "history": args.history,
-            "first_round_only": args.first_round_only, "seed": args.seed}
+            "first_round_only": args.first_round_only, "seed": args.seed,
+            "judge": model_identity(args.judge) if args.mode == "oeg" and args.judge else None}
 
 
-def read_results(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+def load_name(spec: str) -> str:
+    """The name a model spec's adapter reports (`Model.name`), without loading it."""
+    kind, _, rest = spec.partition(":")
+    if kind == "openai":
+        return rest.partition("@")[0]
+    if kind == "hf":
+        return rest
+    return model_identity(spec)
 
 
 def _model_options(args, spec: str) -> dict:
@@ -145,7 +172,7 @@ def play_sample(row: dict, config: str, args, model, judge) -> dict:
     if args.first_round_only:
         stats = run_episode(env, model, first_round_only=True)
         turn = env.turns[0]
-        return prediction_row(model.name, config, row.get("key"), row.get("id"),
+        return prediction_row(model_identity(args.model), config, row.get("key"), row.get("id"),
                               turn.answer_text, turn.chosen, bool(env.correct))
     if args.mode == "oeg":
         stats = run_episode(env, model)
@@ -168,58 +195,96 @@ def open_ended_result(env, judge, config: str) -> dict:
     return result
 
 
+class UnplayableSample(CommandError):
+    """A sample its environment refuses while it is played (a frame that does not decode, a
+    view too large): one line naming it; what was played so far is kept."""
+    exit_code = 2
+    prefix = None
+
+
 def evaluate(args) -> dict:
-    model = load_model(args.model, **_model_options(args, args.model))
-    judge = load_model(args.judge, **_model_options(args, args.judge)) if args.judge else None
-    signature = run_signature(args, model.name)
+    found = results_file.read(args.results)  # an unusable --results is refused before any work
+    signature = run_signature(args)
     samples = current_samples(args)  # {(config, key): (fingerprint, row)}
-    done = reusable_results(args.results, signature, samples, args.first_round_only)
+    done = reusable_results(found, signature, samples, args.first_round_only)
     todo = [(config, row) for (config, key), (_, row) in samples.items()
             if (config, key) not in done]
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    with open(args.results, "a", encoding="utf-8") as out, \
-            tqdm(total=len(todo), desc=f"{model.name} {args.mode}", unit="sample") as bar, \
+    model = load_model(args.model, **_model_options(args, args.model))
+    judge = load_model(args.judge, **_model_options(args, args.judge)) \
+        if args.judge and args.mode == "oeg" else None
+    models = [m for m in (model, judge) if m is not None]
+
+    def stop_requests():  # Ctrl-C, SIGTERM: requests in flight end now, not after retries
+        for m in models:
+            m.cancel()
+
+    with results_file.Writer(found) as out, at_interrupt(stop_requests), \
+            tqdm(total=len(todo), desc=f"{signature['model_spec']} {args.mode}",
+                 unit="sample") as bar, \
             ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
         futures = [pool.submit(play_sample, row, config, args, model, judge)
                    for config, row in todo]
         try:
             for (config, row), future in zip(todo, futures):
-                result = dict(future.result())
+                try:
+                    result = dict(future.result())
+                except MalformedRecord as err:
+                    raise UnplayableSample(
+                        f"--data {args.data}: sample {row.get('key')!r} ({config}) cannot be "
+                        f"played: {err} (the results played so far are in {args.results})"
+                    ) from err
                 result.setdefault("config", None)
                 # Prediction lines keep exactly the filter's schema (no run fields).
                 line = result if args.first_round_only else {
                     **signature, **result,
                     SAMPLE_FINGERPRINT: samples[(config, row.get("key"))][0]}
-                out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-                out.flush()
+                out.write(line)
                 bar.update(1)
         except BaseException:  # Ctrl-C or a failing model: drop the queued samples, so only
-            pool.shutdown(wait=False, cancel_futures=True)  # those in flight are waited for
+            stop_requests()     # those in flight are waited for, and end those at once
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
-    results = reusable_results(args.results, signature, samples, args.first_round_only)
+    results = reusable_results(results_file.read(args.results), signature, samples,
+                               args.first_round_only)
     return summarise(list(results.values()), args)
 
 
 # Each result line names the sample it was played on; a resume reuses a line only for the same
 # sample of the current --data (a rebuild with another seed, sources or filter changes rows).
 SAMPLE_FINGERPRINT = "sample_fingerprint"
+MAX_NAMED = 20  # bad rows named one line each; the rest counted
 
 
 def current_samples(args) -> dict:
     """{(config, key): (fingerprint, row)} of what this run plays; refuses, before any work, a
-    run that would play nothing (and says why)."""
+    run that would play nothing (and says why), and data holding rows that cannot be played
+    (each named in one line on stderr: nothing of such data is played)."""
+    if args.split == "unfiltered" and loading.data_kind(args.data) == loading.UPSTREAM:
+        raise SystemExit(f"--split unfiltered: --data {args.data} is an upstream-layout folder, "
+                         "which holds one split (what was exported); the unfiltered pool is "
+                         "in the build folder (or on the Hub)")
     configs = selected_configs(args)
     if not configs:
         raise SystemExit(f"nothing to evaluate: {why_no_configs(args)}")
-    split, samples = played_split(args), {}
+    split, samples, bad = played_split(args), {}, []
+
+    def on_bad(where: str, reason: str) -> None:
+        if len(bad) < MAX_NAMED:
+            print(f"evaluate: {where}: {reason}", file=sys.stderr)
+        bad.append(where)
+
     for config in configs:
-        rows = list(loading.iter_rows(args.data, config, split))
+        rows = list(loading.iter_rows(args.data, config, split, on_bad))
         if args.mode == "oeg" and args.oeg_samples:
             rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
                                          args.oeg_samples)
         for row in rows:
             samples[(config, row.get("key"))] = (row_fingerprint(row, args.first_round_only),
                                                  row)
+    if bad:
+        more = f", {len(bad) - MAX_NAMED} more not shown" if len(bad) > MAX_NAMED else ""
+        raise SystemExit(f"--data {args.data}: {len(bad)} records cannot be played (named "
+                         f"above{more}); nothing was played")
     if not samples:
         raise SystemExit(f"nothing to evaluate: the {split} split of {args.data} holds no "
                          f"samples for {', '.join(configs)}")
@@ -248,25 +313,80 @@ def line_fingerprint(line: dict, first_round_only: bool):
     return line.get("id") if first_round_only else line.get(SAMPLE_FINGERPRINT)
 
 
-def reusable_results(path: str, signature: dict, samples: dict,
+# What a reused line must hold, by what it is (the table reads these): name -> (test, expected)
+_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+_TEXT = (lambda v: isinstance(v, str), "text")
+_FLAG = (lambda v: isinstance(v, bool), "true or false")
+_VERDICT = (lambda v: type(v) is int and v in (0, 1), "0 or 1")
+IDENTITY_FIELDS = {"config": _TEXT, "key": _TEXT, SAMPLE_FINGERPRINT: _TEXT}
+PREDICTION_IDENTITY = {"config": _TEXT, "key": _TEXT, "id": _INT}
+TABLE_FIELDS = {
+    "mcqa": {"correct_prediction": _FLAG, "num_turns": _INT},
+    "oeg": {"category_prediction": _VERDICT, "proactive_suggestion": _VERDICT,
+            "aggregate": _VERDICT},
+    "first_round": {"correct": _FLAG},
+}
+
+
+def _field_problem(line: dict, fields: dict) -> str | None:
+    for name, (test, expected) in fields.items():
+        if name not in line:
+            return f"lacks {name!r}"
+        if not test(line[name]):
+            return f"{name!r} is {str(line[name])[:40]!r}, not {expected}"
+    return None
+
+
+def reusable_results(found: results_file.ResultsFile, signature: dict, samples: dict,
                      first_round_only: bool) -> dict:
     """{(config, key): line} of this run's earlier lines for samples of the current data (lines
-    for other samples are left out of the table). A line for a current key played on different
-    content (another build), or written before lines recorded their sample, is refused in one
+    for other samples are left out of the table). A line of this run that does not hold what
+    identifies its sample, or what the table reads, is named by its number (the file is
+    damaged). A line for a current key played on different content (another build), or written
+    before lines recorded their sample or their model's adapter and endpoint, is refused in one
     line: its result cannot be reused nor silently replaced."""
-    reusable, stale = {}, []
-    for line in read_results(path):
+    reusable, stale, legacy = {}, [], []
+    if first_round_only:
+        identity, table = PREDICTION_IDENTITY, TABLE_FIELDS["first_round"]
+    else:
+        identity = IDENTITY_FIELDS if "model_spec" in signature else {}
+        table = TABLE_FIELDS["oeg" if signature["mode"] == "oeg" else "mcqa"]
+    for number, line in found.lines:
+        if not _matches(line, signature):
+            if _written_before_identities(line, signature):
+                legacy.append(number)
+            continue
         ident = (line.get("config"), line.get("key"))
-        if not _matches(line, signature) or ident not in samples:
+        problem = _field_problem(line, {"config": _TEXT, "key": _TEXT})
+        if problem:
+            raise found.damaged(number, problem)
+        if line_fingerprint(line, first_round_only) is None:  # written before fingerprints
+            if ident in samples:
+                stale.append(line)
+            continue
+        problem = _field_problem(line, identity)
+        if problem:
+            raise found.damaged(number, problem)
+        if ident not in samples:
             continue
         if line_fingerprint(line, first_round_only) == samples[ident][0]:
+            problem = _field_problem(line, table)
+            if problem:
+                raise found.damaged(number, problem)
             reusable[ident] = line
         else:
             stale.append(line)
+    who = signature["model_spec"]
+    if legacy:
+        raise SystemExit(f"--results {found.path} holds {len(legacy)} results of "
+                         f"{signature['model']} written before result lines recorded the "
+                         "model's adapter and endpoint and the judge (e.g. line "
+                         f"{legacy[0]}): they may be another model's; use a new --results "
+                         "file or delete it")
     if stale:
         old = sum(line_fingerprint(s, first_round_only) is None for s in stale)
         why = (f" ({old} written before result lines recorded their sample)" if old else "")
-        raise SystemExit(f"--results {path} holds {len(stale)} results of {signature['model']} "
+        raise SystemExit(f"--results {found.path} holds {len(stale)} results of {who} "
                          f"from other data{why} (e.g. key {stale[0].get('key')!r}); use a new "
                          "--results file or delete it")
     return reusable
@@ -274,10 +394,22 @@ def reusable_results(path: str, signature: dict, samples: dict,
 
 def _matches(result: dict, signature: dict) -> bool:
     if signature["first_round_only"]:
-        return "schema_version" in result and result.get("model") == signature["model"]
+        return "schema_version" in result and result.get("model") == signature["model_spec"]
     if "schema_version" in result:
         return False
     return all(result.get(k) == v for k, v in signature.items())
+
+
+def _written_before_identities(result: dict, signature: dict) -> bool:
+    """A line of a run like this one written before lines recorded the model's adapter and
+    endpoint (and the judge): which model wrote it cannot be told."""
+    if signature["first_round_only"]:  # a built-in policy's identity is its name
+        return ("schema_version" in result and signature["model"] != signature["model_spec"]
+                and result.get("model") == signature["model"]
+                and not is_policy(signature["model"]))
+    old = {k: v for k, v in signature.items() if k not in ("model_spec", "judge")}
+    return ("model_spec" not in result and "schema_version" not in result
+            and all(result.get(k) == v for k, v in old.items()))
 
 
 def summarise(results: list[dict], args) -> dict:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import io
 import random
+import re
 from dataclasses import dataclass, field
 
 from PIL import Image
@@ -62,15 +63,35 @@ def config_of(record: dict, config: str | None = None) -> str:
 
 
 def decode_frame(frame) -> Image.Image:
-    """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes."""
-    if isinstance(frame, Image.Image):
+    """A row's frame as PIL: a datasets-decoded image, a {bytes, path} struct or raw bytes.
+    Bytes that are not a whole image, or hold more pixels than PIL's decompression-bomb limit,
+    are a MalformedRecord (decoded only then: the size is read from the header first)."""
+    if isinstance(frame, Image.Image):  # decoded by `datasets` (a Hub row): still lazy
+        _check_pixels(*frame.size)
         return frame
     data = frame.get("bytes") if isinstance(frame, dict) else frame
-    if not data:
+    if not data or not isinstance(data, (bytes, bytearray)):
         raise MalformedRecord("frame without bytes (frames must come from the row)")
-    image = Image.open(io.BytesIO(data))
-    image.load()
+    try:
+        image = Image.open(io.BytesIO(data))
+        _check_pixels(*image.size)
+        image.load()
+    except MalformedRecord:
+        raise
+    except Image.DecompressionBombError:
+        raise MalformedRecord("frame of more pixels than PIL's decompression-bomb limit "
+                              f"({Image.MAX_IMAGE_PIXELS:,})") from None
+    except Exception as err:  # noqa: BLE001 (PIL raises many types for bad data)
+        # PIL names the stream object ("<_io.BytesIO object at 0x7f...>"): not worth showing
+        detail = re.sub(r" <[^>]* at 0x[0-9a-fA-F]+>", "", str(err))
+        raise MalformedRecord(f"undecodable frame ({type(err).__name__}: {detail})") from None
     return image
+
+
+def _check_pixels(width: int, height: int) -> None:
+    if width * height > Image.MAX_IMAGE_PIXELS:
+        raise MalformedRecord(f"frame of {width}x{height} pixels: more than PIL's "
+                              f"decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,})")
 
 
 @dataclass
@@ -198,6 +219,11 @@ class Environment:
     def current_image(self) -> Image.Image:
         image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
         image = self.frame(image_id).convert("RGB")
+        box = self.rules.view_box(self)
+        if box is not None and (box[2] - box[0]) * (box[3] - box[1]) > Image.MAX_IMAGE_PIXELS:
+            # a crop allocates its box, whatever the image's size
+            raise MalformedRecord(f"{self.key}: view {tuple(round(v) for v in box)} is larger "
+                                  f"than PIL's decompression-bomb limit")
         return self.rules.transform(self, image)
 
     def observe(self) -> Observation:

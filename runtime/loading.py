@@ -1,62 +1,105 @@
 """Loading a built split as rows the environments take (`frames` + `frame_ids` inside each row).
 
-Three sources:
-- a built folder (`DIR/<config>/*.parquet`, our output): read with pyarrow, one row group at a
-  time, frames as {bytes, path} structs;
+Three sources, told apart by what a folder says of itself (`data_kind`):
+- a build folder (our output): `DIR/reports/build.json` decides, whatever else lies in DIR (a
+  stray `<config>_preprocessed.jsonl` does not turn it into an upstream folder). Only the shards
+  build.json lists are read (`listed_shards`), each confined to DIR and opened only when it is a
+  regular file: what evaluate plays is exactly what the build wrote (`check_data` has refused a
+  folder whose shards differ from build.json, or that holds a shard it does not list);
 - a Hugging Face Hub dataset id: `datasets.load_dataset(id, name=config, split=split)` (frames
-  decoded to PIL images, which the environments accept);
+  decoded to PIL images, which the environments accept); a Hub that cannot be reached (offline
+  mode, no network, an endpoint that does not answer) is one line;
 - the upstream layout (`DIR/<config>_preprocessed.jsonl` + image files, e.g. our
   `DIR/upstream/` export or the released `test/` folder): each record's frames are read once
   from the files its template names, filled with upstream's slot rules, and attached to the row.
   As upstream's loader, records with `strong_occlusions == False` are skipped; upstream's FILTER
-  id list is not applied here (our export is already filtered; `--ids` can restrict).
+  id list is not applied here (our export is already filtered; `--ids` can restrict). The
+  folder is untrusted, as the build's sources are: a template is a plain `{slot}` pattern, the
+  path it gives must stay inside DIR (no absolute path, no `..` or link leading out), and only
+  a regular file no larger than MAX_FRAME_BYTES holding a decodable image of the format its
+  name says (under PIL's decompression-bomb limit) is read.
+
+Every row, from any source, is checked before it is played (`runtime.row_check`): a row that
+breaks the record contract or its scenario's rules is named in one line (the JSONL file and
+line, or the config and key), never played and never a traceback.
 
 Every config found in the data is played when a registered scenario declares it (its module's
 `environment`); the others are named on stderr with the reason, never dropped silently.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import io
 import json
+import logging
 import os
+import string
 import sys
 import urllib.error
 import urllib.request
-from typing import Iterator
+import warnings
+from typing import Callable, Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+from PIL import Image
 
 from proactivebench_builder import transforms
-from proactivebench_builder.core import buildfolder
+from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.images import EXTENSION_FORMATS
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, NOT_CONFIGS, TEST, UNFILTERED, UPSTREAM_SUFFIX, split_folder,
-    upstream_jsonl_name)
+    BUILD_REPORT, NOT_CONFIGS, SHARD_PATTERN, TEST, UNFILTERED, UPSTREAM_DIR, UPSTREAM_SUFFIX,
+    folder_label, upstream_jsonl_name)
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
-from proactivebench_builder.runtime import environments as envs
+from proactivebench_builder.runtime import row_check
+from proactivebench_builder.runtime.row_check import BadRecord
 
 PARQUET_SPLITS = (TEST, UNFILTERED)
+BUILD, UPSTREAM, HUB = "build", "upstream", "hub"
+MAX_LINE_BYTES = 16 << 20     # one upstream-layout record (a few hundred bytes in the release)
+MAX_FRAME_BYTES = 64 << 20    # one frame file (the release's largest are a few MB)
+
+# Where a bad row is reported: called with (where, reason); None: raise at the first one.
+OnBad = Callable[[str, str], None] | None
+
+
+def data_kind(data: str) -> str:
+    """BUILD, UPSTREAM or HUB: build.json decides first (see the module docstring); a folder
+    without it is an upstream layout when it holds `*_preprocessed.jsonl` files, else a build
+    that check_data refuses, saying what is missing."""
+    if not os.path.isdir(data):
+        return HUB
+    if os.path.lexists(os.path.join(data, BUILD_REPORT)):
+        return BUILD
+    return UPSTREAM if glob.glob(os.path.join(glob.escape(data), "*" + UPSTREAM_SUFFIX)) \
+        else BUILD
 
 
 def check_data(data: str) -> None:
     """Refuse, before any work, a `--data` that is not something to evaluate: a local folder
     must be a successfully finished, intact build (core.buildfolder: status "ok", every shard
-    as build.json records it, nothing more) or an upstream-layout folder (whose enclosing build, when it has
-    one, must be such a build); a path that does not exist is not taken for a Hub id."""
-    if os.path.isdir(data):
+    as build.json records it, nothing more) or an upstream-layout folder (our own DIR/upstream
+    export is checked as its build); a path that does not exist is not taken for a Hub id."""
+    kind = data_kind(data)
+    export = False
+    if kind == UPSTREAM:
         parent = os.path.dirname(os.path.abspath(data))
-        if is_upstream_layout(data):
-            if not os.path.exists(os.path.join(parent, BUILD_REPORT)):
-                return  # the released test/ folder, or another upstream-layout copy
-            data = parent  # our own DIR/upstream export: its build must be trusted
-        problems = buildfolder.folder_problems(data)
+        if os.path.basename(os.path.abspath(data)) != UPSTREAM_DIR or not os.path.lexists(
+                os.path.join(parent, BUILD_REPORT)):
+            return  # the released test/ folder, or another upstream-layout copy
+        data, export = parent, True  # our own DIR/upstream export: its build must be trusted,
+    if kind in (BUILD, UPSTREAM):    # and the export's files must match their digests
+        problems = buildfolder.folder_problems(data, upstream=export)
         if problems:
-            raise SystemExit(f"--data {data}: " + problems[0] + (
+            raise UsageError(f"--data {data}: " + problems[0] + (
                 f" (and {len(problems) - 1} more problems; run_pipeline.py validate "
                 f"{data} lists them)" if len(problems) > 1 else ""))
-    elif (os.path.exists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
+    elif (os.path.lexists(data) or data.startswith(("/", ".", "~")) or data.count("/") != 1
           or os.path.isdir(data.split("/", 1)[0])):  # e.g. build/proactivebench, not built yet
-        raise SystemExit(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
+        raise UsageError(f"--data {data}: no such folder, and not a Hub dataset id (OWNER/NAME)")
     else:
         check_hub(data)
 
@@ -82,12 +125,12 @@ def check_hub(dataset_id: str) -> None:
     except urllib.error.HTTPError as err:
         if err.code < 500:
             return
-        raise SystemExit(f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) "
+        raise UsageError(f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) "
                          f"answers HTTP {err.code}; offline, give a local folder, or set "
                          "HF_HUB_OFFLINE=1 to read the copy in the datasets cache") from None
     except (OSError, ValueError) as err:  # URLError, timeouts, DNS, refused: no Hub
         reason = getattr(err, "reason", err)
-        raise SystemExit(
+        raise UsageError(
             f"--data {dataset_id}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
             f"reached ({reason}); offline, give a local folder (a build, or the release's "
             "test/ folder), or set HF_HUB_OFFLINE=1 to read the copy in the datasets cache")
@@ -104,34 +147,26 @@ def sample_fingerprint(row: dict) -> str:
 
 
 def is_upstream_layout(data: str) -> bool:
-    return os.path.isdir(data) and bool(glob.glob(os.path.join(data, "*" + UPSTREAM_SUFFIX)))
+    return data_kind(data) == UPSTREAM
 
 
 def configs_in(data: str) -> list[str]:
-    """Every config the data holds: `*_preprocessed.jsonl` files (upstream layout), folders of
-    Parquet shards (a built folder), or a Hub dataset's configs (all registered ones when the
-    Hub cannot be asked)."""
-    if os.path.isdir(data):
-        if is_upstream_layout(data):
-            return sorted(os.path.basename(p)[:-len(UPSTREAM_SUFFIX)]
-                          for p in glob.glob(os.path.join(data, "*" + UPSTREAM_SUFFIX)))
-        # a config whose test split is empty has shards in its pool only (no 0-row shard)
-        return sorted(name for name in set(os.listdir(data)) | set(_names(data, UNFILTERED))
-                      if name not in NOT_CONFIGS and any(
-                          glob.glob(os.path.join(split_folder(data, split, name), "*.parquet"))
-                          for split in PARQUET_SPLITS))
+    """Every config the data holds: `*_preprocessed.jsonl` files (upstream layout), the configs
+    of the shards build.json lists (a build folder: a config whose test split is empty has
+    shards in its pool only), or a Hub dataset's configs."""
+    kind = data_kind(data)
+    if kind == UPSTREAM:
+        return sorted(os.path.basename(p)[:-len(UPSTREAM_SUFFIX)] for p in glob.glob(
+            os.path.join(glob.escape(data), "*" + UPSTREAM_SUFFIX)))
+    if kind == BUILD:
+        return sorted({f["config"] for f in report_files(data)
+                       if f.get("split") in PARQUET_SPLITS and f["config"] not in NOT_CONFIGS})
     try:
         import datasets
-        return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
-    except Exception as err:  # offline or unknown id: fall back to what we can play
-        print(f"evaluate: could not list the configs of {data!r} ({type(err).__name__}: {err}); "
-              "trying every registered config", file=sys.stderr)
-        return transforms.known_configs()
-
-
-def _names(data: str, folder: str) -> list[str]:
-    path = os.path.join(data, folder)
-    return os.listdir(path) if os.path.isdir(path) else []
+        with quiet_hub():
+            return [c for c in datasets.get_dataset_config_names(data) if c not in NOT_CONFIGS]
+    except Exception as err:  # noqa: BLE001 (datasets raises many types; all mean "cannot list")
+        raise hub_error(data, err) from None
 
 
 def available_configs(data: str) -> list[str]:
@@ -148,40 +183,169 @@ def available_configs(data: str) -> list[str]:
     return transforms.config_order(playable)
 
 
-def iter_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
-    if os.path.isdir(data):
-        if is_upstream_layout(data):
-            yield from iter_upstream_rows(data, config)
-        else:
-            yield from iter_parquet_rows(data, config, split)
+def iter_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None
+              ) -> Iterator[dict]:
+    """The checked rows of a split of `config` in `data` (any of the three sources). A row that
+    cannot be played is passed to `on_bad(where, reason)` and skipped, or, without `on_bad`,
+    raises UsageError naming it."""
+    kind = data_kind(data)
+    if kind == UPSTREAM:
+        yield from iter_upstream_rows(data, config, on_bad)
+    elif kind == BUILD:
+        yield from iter_parquet_rows(data, config, split, on_bad)
     else:
-        yield from iter_hub_rows(data, config, split)
+        yield from iter_hub_rows(data, config, split, on_bad)
 
 
-def iter_parquet_rows(data: str, config: str, split: str = "test") -> Iterator[dict]:
-    folder = split_folder(data, split, config)
-    for path in sorted(glob.glob(os.path.join(folder, "*.parquet"))):
-        parquet = pq.ParquetFile(path)
-        for group in range(parquet.num_row_groups):
-            yield from parquet.read_row_group(group).to_pylist()
+def _checked(rows, config: str, on_bad: OnBad, where: Callable[[int, dict], str]):
+    """Each row once row_check passes it; a bad one reported (`on_bad`) or raised."""
+    for index, row in enumerate(rows):
+        try:
+            row_check.check(row, config)
+        except BadRecord as err:
+            _bad(on_bad, where(index, row), str(err))
+            continue
+        yield row
 
 
-def iter_hub_rows(dataset_id: str, config: str, split: str = "test") -> Iterator[dict]:
-    import datasets
+def _bad(on_bad: OnBad, where: str, reason: str) -> None:
+    if on_bad is None:
+        raise UsageError(f"{where}: {reason}")
+    on_bad(where, reason)
+
+
+# ---- a build folder ----------------------------------------------------------------------------
+
+def report_files(data: str) -> list[dict]:
+    """The files build.json lists, as {path, config, split} entries naming a shard inside DIR
+    (check_data has checked their checksums; anything else is not listed here)."""
+    report = buildfolder.read_report(data) or {}
+    files = report.get("files") if isinstance(report, dict) else None
+    listed = []
+    for entry in files if isinstance(files, list) else []:
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str)
+                                                  for k in ("path", "config", "split")):
+            continue
+        folder, name = os.path.split(entry["path"])
+        if folder == folder_label(entry["split"], entry["config"]) and \
+                SHARD_PATTERN.match(name):
+            listed.append(entry)
+    return listed
+
+
+def listed_shards(data: str, config: str, split: str = "test") -> list[str]:
+    """Paths (relative to DIR) of the shards build.json lists for a split of a config."""
+    return sorted(f["path"] for f in report_files(data)
+                  if f["config"] == config and f["split"] == split)
+
+
+def iter_parquet_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None
+                      ) -> Iterator[dict]:
+    for relative in listed_shards(data, config, split):
+        where = f"--data {data}: {relative}"
+        try:
+            with open_inside(data, relative) as handle:
+                parquet = pq.ParquetFile(handle)
+                for group in range(parquet.num_row_groups):
+                    rows = parquet.read_row_group(group).to_pylist()
+                    yield from _checked(rows, config, on_bad,
+                                        lambda i, row: f"{where}: row {row.get('key')!r}")
+        except Outside as err:
+            raise UsageError(f"--data {data}: {err}") from None
+        except (OSError, pa.ArrowException) as err:
+            raise UsageError(f"{where}: {_os_reason(err)}") from None
+
+
+def open_inside(root: str, relative: str):
+    """A binary file object of `relative` under `root`, once it resolves inside `root` (links
+    included) and is a regular file; OSError saying what it is otherwise."""
+    return fileio.open_local_regular(inside(root, relative))
+
+
+class Outside(OSError):
+    """A path (a template, a link) that leads outside the folder it must stay in."""
+
+
+def inside(root: str, relative: str) -> str:
+    """The real path of `relative` under `root`; Outside when it is absolute or resolves (by
+    `..` or a link) outside `root`."""
+    if not relative or os.path.isabs(relative):
+        raise Outside(f"{relative or repr(relative)}: an absolute path, outside the folder")
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, relative))
+    if os.path.commonpath([real_root, real]) != real_root:
+        shown = "" if real == os.path.normpath(os.path.join(real_root, relative)) \
+            else f" (a link to {real})"
+        raise Outside(f"{relative} leads outside the folder{shown}")
+    return real
+
+
+def _os_reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror and not isinstance(err, Outside):
+        return err.strerror if isinstance(err, fileio.NotARegularFile) else \
+            f"{err.strerror} (errno {err.errno})"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+# ---- a Hub dataset -------------------------------------------------------------------------------
+
+def iter_hub_rows(dataset_id: str, config: str, split: str = "test", on_bad: OnBad = None
+                  ) -> Iterator[dict]:
     try:
-        rows = datasets.load_dataset(dataset_id, name=config, split=split)
+        import datasets
+        with quiet_hub():
+            dataset = datasets.load_dataset(dataset_id, name=config, split=split)
     except ValueError as err:
         if "Unknown split" in str(err):  # the config has no rows in this split: the card
             return                       # leaves an empty split out (datasets' own wording)
-        raise
-    except (ConnectionError, OSError) as err:  # e.g. offline and not in the datasets cache
-        text = (str(err).splitlines() or [""])[0]
-        raise SystemExit(f"--data {dataset_id}: cannot load {config} ({text})"
-                         + ("; HF_HUB_OFFLINE=1 reads only what the datasets cache holds: "
-                            "load it once online, or give a local folder" if hub_offline()
-                            else "")) from None
-    yield from rows
+        raise hub_error(dataset_id, err) from None
+    except Exception as err:  # noqa: BLE001 (datasets raises many types; see hub_error)
+        raise hub_error(dataset_id, err) from None
+    where = f"--data {dataset_id}: {config}"
+    try:
+        yield from _checked(dataset, config, on_bad, lambda i, row: f"{where} row {i}")
+    except (OSError, ValueError, Image.DecompressionBombError) as err:  # a frame it decodes
+        raise UsageError(f"{where}: {type(err).__name__}: {err}") from None
 
+
+@contextlib.contextmanager
+def quiet_hub():
+    """huggingface_hub logs every failed attempt of its retries (two lines each, up to five);
+    when the Hub cannot be reached, the one line of `hub_error` says so instead."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def hub_error(dataset_id: str, err: BaseException) -> UsageError:
+    """One line for a Hub dataset that cannot be loaded, naming the cause by kind (the library's
+    own message can hold local paths of a failed fallback, and a whole traceback's worth of
+    detail)."""
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    kind = type(err).__name__
+    offline = hub_offline()
+    unreachable = isinstance(err, (ConnectionError, TimeoutError)) or any(
+        word in kind for word in ("Connection", "Timeout", "Offline"))
+    missing = isinstance(err, FileNotFoundError) or "NotFound" in kind
+    if "Offline" in kind or (offline and (unreachable or missing)):
+        why = ("Hugging Face offline mode is on (HF_HUB_OFFLINE) and it is not in the local "
+               "cache")
+    elif unreachable:
+        why = f"the Hub at {endpoint} cannot be reached ({kind})"
+    elif missing:
+        why = (f"no such dataset at {endpoint}, or it could not be reached (a private dataset "
+               "needs HF_TOKEN)")
+    else:  # e.g. a config or split it does not hold: the library's first line says which
+        detail = (str(err).strip().splitlines() or [""])[0].replace(os.getcwd(), ".")
+        why = f"it could not be loaded from {endpoint} ({kind}: {detail[:200]})"
+    return UsageError(f"--data {dataset_id}: {why}")
+
+
+# ---- the upstream layout -------------------------------------------------------------------------
 
 def fill_template(record: dict, config: str, image_id: int) -> str:
     """The relative image path upstream opens for a slot value: the template filled as the
@@ -189,25 +353,138 @@ def fill_template(record: dict, config: str, image_id: int) -> str:
     return transforms.behaviour_for_config(config).play.frame_path(record, image_id)
 
 
+def template_problem(template: str) -> str | None:
+    """A template is plain text with `{name}` slots: no attribute or index access, conversion
+    or format spec (`{image:>999999999}` would allocate what it asks for)."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as err:
+        return f"image_template {template!r} is not a template ({err})"
+    for _, name, spec, conversion in parts:
+        if name is not None and (not name.isidentifier() or spec or conversion):
+            slot = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            return f"image_template {template!r}: slot {{{slot}}} is not a plain {{name}} slot"
+    return None
+
+
+def frame_path(record: dict, config: str, image_id: int) -> str:
+    """`fill_template`, with a template that names a slot its scenario does not fill refused
+    (BadRecord) rather than raising."""
+    problem = template_problem(record["image_template"])
+    if problem:
+        raise BadRecord(problem)
+    try:
+        return fill_template(record, config, image_id)
+    except KeyError as err:
+        raise BadRecord(f"image_template {record['image_template']!r} has a slot {{{err.args[0]}}} "
+                        f"that {config} does not fill") from None
+    except (IndexError, ValueError, TypeError) as err:
+        raise BadRecord(f"image_template {record['image_template']!r}: {err}") from None
+
+
+def read_frame(data_dir: str, relative: str) -> bytes:
+    """The bytes of a frame file under `data_dir` (see the module docstring); BadRecord
+    naming the file otherwise."""
+    try:
+        data = fileio.read_bytes(inside(data_dir, relative), limit=MAX_FRAME_BYTES)
+    except Outside as err:
+        raise BadRecord(f"frame {err}") from None
+    except OSError as err:
+        raise BadRecord(f"frame {relative}: {_os_reason(err)}") from None
+    problem = image_problem(data, relative)
+    if problem:
+        raise BadRecord(f"frame {relative}: {problem}")
+    return data
+
+
+def image_problem(data: bytes, name: str) -> str | None:
+    """What keeps `data` from being the image its name says, read from its header only (the
+    whole image is decoded when it is shown; a bad one is then one line naming the sample):
+    not an image, another format than its extension, more pixels than PIL's bomb limit."""
+    try:
+        with warnings.catch_warnings():  # the size is checked below, in words of our own
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                kind, (width, height) = image.format, image.size
+    except Image.DecompressionBombError:
+        return f"more pixels than PIL's decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,})"
+    except Exception as err:  # noqa: BLE001 (PIL raises many types for bad data)
+        return f"not an image ({type(err).__name__})"
+    if width * height > Image.MAX_IMAGE_PIXELS:
+        return (f"{width}x{height} pixels, more than PIL's decompression-bomb limit "
+                f"({Image.MAX_IMAGE_PIXELS:,})")
+    expected = EXTENSION_FORMATS.get(os.path.splitext(name)[1].lower())
+    if expected and kind != expected:
+        return f"{kind} data in a file named {os.path.basename(name)!r} (expected {expected})"
+    return None
+
+
 def attach_frames(record: dict, config: str, data_dir: str) -> dict:
-    ids = record.get("frame_ids") or envs.reachable_frame_ids(record, config)
-    frames = []
-    for image_id in ids:
-        path = fill_template(record, config, image_id)
-        with open(os.path.join(data_dir, path), "rb") as handle:
-            frames.append({"bytes": handle.read(), "path": path})
-    row = dict(record, frame_ids=list(ids), frames=frames)
-    row.setdefault("key", f"{config}/{record['id']}")
+    """The checked row of an upstream record, its frames read from the files its template
+    names; BadRecord naming the first thing wrong."""
+    row = row_check.contract_row(record)
+    problem = row_check.first(row_check.type_problems(row)) or row_check.required_problem(row) \
+        or row_check.size_problem(row)
+    if problem:
+        raise BadRecord(problem)
+    ids = row["frame_ids"] if row["frame_ids"] is not None else \
+        row_check.reachable_ids(row, config)
+    row.update(frame_ids=list(ids), key=row["key"] or f"{config}/{row['id']}")
+    row_check.check(row, config)  # before any file is opened
+    paths = [frame_path(row, config, image_id) for image_id in ids]
+    row["frames"] = [{"bytes": read_frame(data_dir, path), "path": path} for path in paths]
     return row
 
 
-def iter_upstream_rows(data_dir: str, config: str) -> Iterator[dict]:
-    path = os.path.join(data_dir, upstream_jsonl_name(config))
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if record.get("strong_occlusions") is False:
-                continue
-            yield attach_frames(record, config, data_dir)
+def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iterator[dict]:
+    name = upstream_jsonl_name(config)
+    try:
+        handle = open_inside(data_dir, name)
+    except Outside as err:
+        raise UsageError(f"--data {data_dir}: {err}") from None
+    except OSError as err:
+        raise UsageError(f"--data {data_dir}: {name}: {_os_reason(err)}") from None
+    with handle:
+        number = 0
+        while True:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                _skip_line(handle)  # the rest of an over-long line is not a line of its own
+            try:
+                record = upstream_record(raw)
+                if record is None or record.get("strong_occlusions") is False:
+                    continue
+                yield attach_frames(record, config, data_dir)
+            except BadRecord as err:
+                _bad(on_bad, f"--data {data_dir}: {name} line {number}", str(err))
+
+
+def _skip_line(handle) -> None:
+    while True:
+        rest = handle.readline(1 << 20)
+        if not rest or rest.endswith(b"\n"):
+            return
+
+
+def upstream_record(raw: bytes) -> dict | None:
+    """One JSONL line as a record (None for a blank line); BadRecord saying what is wrong."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise BadRecord(f"longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRecord(f"not UTF-8 (byte {err.start})") from None
+    if not text.strip():
+        return None
+    try:
+        record = json.loads(text)
+    except RecursionError:
+        raise BadRecord("nested too deeply to be a record") from None
+    except ValueError as err:
+        raise BadRecord(f"not valid JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise BadRecord(f"not a JSON object (a {type(record).__name__})")
+    return record

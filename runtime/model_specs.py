@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import urllib.parse
 from difflib import get_close_matches
 
 from proactivebench_builder.runtime.models import (
@@ -40,6 +41,46 @@ def check_model_spec(spec: str) -> None:
     hint = f"; did you mean {guess[0]!r}?" if guess else ""
     raise ModelSpecError(f"unknown model spec {spec!r}{hint} (known: {', '.join(POLICIES)}, "
                          "random:SEED, openai:MODEL[@BASE_URL], hf:MODEL_ID)")
+
+
+DEFAULT_BASE_URL = "http://localhost:8000/v1"  # OpenAIChatModel's default endpoint
+
+
+def model_identity(spec: str) -> str:
+    """What a result line records of the model (or judge) that decided it, so that a resume
+    reuses only its own lines: the adapter, the model and, for an endpoint, its URL (without
+    user:password, with the default made explicit). `oracle` (the built-in policy) is not
+    `openai:oracle@URL`, `openai:M@URL1` is not `openai:M@URL2`, and `hf:M` is neither."""
+    kind, _, rest = spec.partition(":")
+    if kind == "random":
+        return f"random:{int(rest or 0)}"
+    if spec in POLICIES or kind != "openai":
+        return spec
+    model, _, base_url = rest.partition("@")
+    return f"openai:{model}@{endpoint_identity(base_url or DEFAULT_BASE_URL)}"
+
+
+def is_policy(name: str) -> bool:
+    """Whether `name` is a built-in policy's identity (its name: `oracle`, `random:3`, ...)."""
+    kind, _, rest = name.partition(":")
+    return name in POLICIES or (kind == "random" and rest.lstrip("-").isdigit())
+
+
+def endpoint_identity(url: str) -> str:
+    """`url` as it identifies an endpoint: scheme and host in lower case, no credentials, no
+    trailing slash."""
+    parts = urllib.parse.urlsplit(url.strip())
+    host = parts.hostname or ""
+    host = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if _port(parts) else "")
+    return urllib.parse.urlunsplit((parts.scheme.lower(), host, parts.path.rstrip("/"),
+                                    parts.query, ""))
+
+
+def _port(parts) -> int | None:
+    try:
+        return parts.port
+    except ValueError:  # a port that is not a number: the URL fails later, named as given
+        return None
 
 
 def load_model(spec: str, **options) -> Model:

@@ -2,7 +2,9 @@
 
 One JSON object per line: a model's answer on the first MCQA turn of one sample, and whether it
 named the correct category there (upstream's leakage rule: a sample leaks when >= 25% of the
-probing models answer it correctly in the first turn).
+probing models answer it correctly in the first turn). `model` is the model's identity
+(`model_specs.model_identity`: a built-in policy's name, `openai:MODEL@URL` or `hf:MODEL_ID`),
+so that two models of one name stay two models for the filter.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_jsonl, run
+from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_json, read_jsonl, run
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
 from proactivebench_builder.transforms import load_scenarios
@@ -114,8 +114,13 @@ def test_declared_texts_reach_the_model(focus_build):
 def test_the_runtime_names_configs_it_cannot_play(focus_build, tmp_path, capsys):
     _, output, _ = focus_build
     data = str(tmp_path / "data")
-    shutil.copytree(os.path.join(output, CONFIG), os.path.join(data, CONFIG))
+    shutil.copytree(output, data)
     shutil.copytree(os.path.join(output, CONFIG), os.path.join(data, "Mystery"))
+    report = read_json(os.path.join(data, "reports", "build.json"))  # evaluate plays what it
+    report["files"] += [dict(f, config="Mystery", path=f["path"].replace(CONFIG, "Mystery"))
+                        for f in report["files"] if f["path"].startswith(f"{CONFIG}/")]
+    with open(os.path.join(data, "reports", "build.json"), "w") as handle:  # lists
+        json.dump(report, handle)
     table, _ = _evaluate(tmp_path, data, "oracle")
     assert list(table) == [CONFIG, "avg"]
     err = capsys.readouterr().err

@@ -499,7 +499,7 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
 
     monkeypatch.setattr(shards.AssignIdsAndShards, "process", truncate_then_assign)
     output = str(tmp_path_factory.mktemp(f"{name}_changing_out") / "out")
-    report = run(output, root, name, "--max_bad_fraction=1", "--no_train")
+    report = run(output, root, name, IN_PROCESS, "--max_bad_fraction=1", "--no_train")
     if not truncated:
         pytest.skip(f"{name}: no file frame in its pool")
     accounted(report)

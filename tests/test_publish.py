@@ -254,7 +254,9 @@ def test_rerun_writes_nothing_and_stale_files_are_removed(built, tmp_path, capsy
     assert main([built, "--to", target]) == 0
     stale = os.path.join(target, "QuickDraw", "test-00001-of-00002.parquet")
     shutil.copy(os.path.join(target, shard_paths(target)[0]), stale)
-    leftover = os.path.join(target, "QuickDraw", ".tmp-0123-test-00000-of-00001.parquet")
+    # a temporary file of an interrupted publish, named as fileio.temporary_name names them
+    leftover = os.path.join(target, "QuickDraw",
+                            ".tmp-0123456789ab-1-0-test-00000-of-00001.parquet")
     open(leftover, "wb").write(b"half a file")
     os.remove(os.path.join(target, shard_paths(built)[0]))  # as if interrupted before it
     capsys.readouterr()
@@ -262,7 +264,11 @@ def test_rerun_writes_nothing_and_stale_files_are_removed(built, tmp_path, capsy
     out = capsys.readouterr().out
     assert "upload 1 files" in out and "delete 2 stale" in out
     assert not os.path.exists(stale) and not os.path.exists(leftover)
-    assert local_bytes(target) == expected_repo(built)
+    published = local_bytes(target)
+    assert read_json(os.path.join(target, publish.MANIFEST))["files"] == sorted(
+        expected_repo(built))  # what the publish wrote, for the next one to know
+    published.pop(publish.MANIFEST)
+    assert published == expected_repo(built)
     assert main([built, "--to", target]) == 0
     assert "nothing to do" in capsys.readouterr().out
 
@@ -478,6 +484,7 @@ def test_publish_to_any_fsspec_url(built, capsys):
     assert main([built, "--to", url]) == 0
     fs, root = fsspec.core.url_to_fs(url)
     published = {os.path.relpath(p, root): fs.cat_file(p) for p in fs.find(root)}
+    assert published.pop(publish.MANIFEST)  # what the publish wrote (a folder target's record)
     assert published == expected_repo(built)
     capsys.readouterr()
     assert main([built, "--to", url, "--dry-run"]) == 0

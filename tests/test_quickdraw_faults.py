@@ -227,7 +227,7 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
                                                                               monkeypatch):
     lines = generated_lines(5, 500)
     path = write_category(tmp_path, "cat", lines)
-    real = fileio.filesystem
+    real = fileio.open_source
 
     class FailingHandle:
         """Reads come in 64 KiB pieces; the third fails, as a disk or network error would."""
@@ -247,15 +247,7 @@ def test_an_io_error_part_way_counts_what_was_read_and_the_rest_as_one_item(tmp_
                 raise OSError("Input/output error")
             return self.handle.read(1 << 16)
 
-    class FailingFs:
-        def __init__(self, fs):
-            self.fs = fs
-
-        def open(self, p, mode):
-            return FailingHandle(self.fs.open(p, mode))
-
-    monkeypatch.setattr(fileio, "filesystem", lambda url: (FailingFs(real(url)[0]),
-                                                           real(url)[1]))
+    monkeypatch.setattr(fileio, "open_source", lambda url: FailingHandle(real(url)))
     values = list(scenario_at(tmp_path).read_unit_with_train(path))
     with open(path, "rb") as handle:
         read_lines = handle.read(2 << 16).count(b"\n")  # the whole lines before the failure

@@ -47,6 +47,11 @@ class ReleaseLabels:
     problems: list
 
 
+class SourceChanged(BadItem):
+    """A source file whose bytes are no longer those validated when its sample (or train
+    example) was built: the shard writer drops the row as a dead letter."""
+
+
 class Scenario:
     name: ClassVar[str] = ""          # registry key and manifest name (source_manifests/<name>.yaml)
     config_name: ClassVar[str] = ""   # the upstream dataset / Hub config name
@@ -79,6 +84,9 @@ class Scenario:
         self.manifest = self.read_manifest()
         self.params = dict(self.manifest["parameters"])
         self.root = source_root.rstrip("/")
+        # url -> sha256 of the bytes `validate_file_frame` validated, until sealed into a row;
+        # a copy of the scenario (COCO's `for_split`) shares it
+        self._digests: dict[str, str] = {}
 
     # ---- its manifest ------------------------------------------------------------------------
 
@@ -194,6 +202,7 @@ class Scenario:
         as chat messages (image first, then the upstream template), `options` as displayed
         (proactive and abstain options, then the categories), and the suggestions valid for
         this frame in `proactive_actions` (empty on an unambiguous frame)."""
+        image_ref = self.seal_image_ref(image_ref)
         displayed = list(options) + list(categories)
         text = multi_choice_prompt(question, displayed)
         return {
@@ -259,14 +268,41 @@ class Scenario:
                 ref["sha256"] = digests[ref["url"]]
         digests.clear()
 
+    def seal_image_ref(self, ref: dict) -> dict:
+        """A train example's image reference with the sha256 of the source bytes validated for
+        it (when this worker validated them), as `seal_frame_refs` does for a row: `sha256`
+        when the frame is the file itself, `source_sha256` when it is made from the file (a
+        crop); then every recorded digest is forgotten."""
+        digests = self._validated_digests()
+        digest = digests.get(ref.get("url"))
+        digests.clear()
+        if digest is None:
+            return ref
+        return dict(ref, **{"sha256" if ref.get("kind") == "file" else "source_sha256": digest})
+
+    def read_validated_source(self, ref: dict) -> bytes:
+        """The bytes of the source file `ref["url"]` that a frame is made from, proven to be
+        the bytes validated when its example was built (`source_sha256`, when sealed); raise
+        SourceChanged otherwise."""
+        data = self.read_source(ref["url"])
+        expected = ref.get("source_sha256")
+        if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+            raise SourceChanged("frame changed after validation: the bytes of the file it is "
+                                "made from differ from those validated when it was built",
+                                self.relative(ref["url"]))
+        return data
+
     # ---- reading inside the source root ---------------------------------------------------
 
-    def read_source(self, url: str) -> bytes:
+    def read_source(self, url: str, limit: int | None = None) -> bytes:
         """The bytes of a source file; raise BadItem when a local file resolves outside the
         source root (a symlink in the download, e.g. from an extracted archive): sources are
         untrusted, and a link must not pull other files of this machine into the output.
-        A file over `max_source_file_bytes` is refused unread (fileio.FileTooLarge)."""
-        return fileio.read_bytes(self.inside_root(url), limit=self.max_source_file_bytes)
+        A file over `max_source_file_bytes` (or the smaller `limit` a reader knows for its
+        kind of file) is refused unread (fileio.FileTooLarge)."""
+        cap = self.max_source_file_bytes if limit is None else min(limit,
+                                                                    self.max_source_file_bytes)
+        return fileio.read_bytes(self.inside_root(url), limit=cap)
 
     def inside_root(self, url: str) -> str:
         """`url` itself, once checked to resolve inside the source root; else raise BadItem
@@ -290,10 +326,10 @@ class Scenario:
                               f"untrusted, so a link out of the root is never followed)")
         return url
 
-    def read_source_text(self, url: str) -> str:
+    def read_source_text(self, url: str, limit: int | None = None) -> str:
         """A source text file (metadata, CSV, labels) checked like `read_source`; a UTF-8 BOM
         is dropped."""
-        return self.read_source(url).decode("utf-8-sig")
+        return self.read_source(url, limit).decode("utf-8-sig")
 
     def read_source_yaml(self, url: str, needed_for: str):
         """A YAML file of the source folder (e.g. labels `release_labels` wrote there), checked
@@ -366,6 +402,13 @@ def _real_path(path: str) -> str:
     if os.path.islink(path):
         return os.path.realpath(path)
     return os.path.join(_real_dir(folder), name)
+
+
+def template_literal(text: str) -> str:
+    """Text placed in an `image_template` verbatim: its braces doubled, since the runtime, the
+    export and upstream fill templates with str.format (a source name holding "{1}" would
+    otherwise be read as a slot, and writing its frames fail)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def registered() -> dict[str, type[Scenario]]:

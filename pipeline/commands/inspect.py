@@ -18,6 +18,11 @@ Choices:
   to ASCII; index.html shows the exact strings.
 - Only the sampled rows' frames are decoded; other rows are read without their frames column.
 - When DIR/reports/plots/ is missing (an older build) the plots are drawn into OUT/plots/.
+- DIR is checked as `validate`, `publish` and `evaluate` check it first (`core.buildfolder`: a
+  finished "ok" build, every shard as build.json records it): a failed, unfinished or damaged
+  build is refused in one line; `--force` draws it anyway, and says so on stderr and in
+  index.html. A sampled row that `validate` refuses (e.g. an id that is not a number, in a shard
+  whose digests were recomputed after an edit) is named on stderr and not drawn.
 """
 from __future__ import annotations
 
@@ -29,9 +34,10 @@ import posixpath
 import sys
 from urllib.parse import quote
 
+import pyarrow as pa
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import fileio, vocabulary
+from proactivebench_builder.core import buildfolder, fileio, vocabulary
 from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
@@ -41,7 +47,7 @@ from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.validate import (
-    declared_behaviour, iter_rows, unregistered_problem)
+    declared_behaviour, iter_rows, row_problems, unregistered_problem)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
@@ -79,19 +85,33 @@ def shard_urls(root: str, split: str, config: str, names: list[str]) -> list[str
 
 
 def sample_keys(urls: list[str], config: str, seed: int, n: int) -> tuple[set[str], int]:
-    """The n keys with the smallest md5(seed, config, "inspect", key), and the row count."""
-    ranked = []
+    """The n keys with the smallest md5(seed, config, "inspect", key), and the row count (a
+    row without a key cannot be sampled by it: it is counted, not drawn)."""
+    ranked, rows = [], 0
     for url in urls:
         for row in iter_rows(url, ["key"]):
-            ranked.append((stable_hash(seed, config, "inspect", row["key"]), row["key"]))
+            rows += 1
+            if isinstance(row.get("key"), str):
+                ranked.append((stable_hash(seed, config, "inspect", row["key"]), row["key"]))
     ranked.sort()
-    return {key for _, key in ranked[:n]}, len(ranked)
+    return {key for _, key in ranked[:n]}, rows
 
 
-def read_sampled_rows(urls: list[str], keys: set[str]) -> list[dict]:
+def read_sampled_rows(urls: list[str], keys: set[str], config: str = "") -> list[dict]:
+    """The rows of `keys`, in id order; a row `validate` refuses is named on stderr instead
+    (drawing assumes what the record contract says)."""
     rows = []
     for url in urls:
-        rows += [r for r in iter_rows(url) if r["key"] in keys]
+        for row in iter_rows(url):
+            if row.get("key") not in keys:
+                continue
+            problems = row_problems(row, config) if config else []
+            if problems:
+                print(f"inspect: {config}: key {row.get('key')!r}, id {row.get('id')!r}: not "
+                      f"drawn: {problems[0]} (run_pipeline.py validate lists every problem)",
+                      file=sys.stderr)
+                continue
+            rows.append(row)
     return sorted(rows, key=lambda r: r["id"])
 
 
@@ -359,8 +379,9 @@ def plot_links(root: str, out: str) -> list[str]:
 
 
 def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
-                   split: str = TEST, max_frames: int = 32) -> list[str]:
-    """Write the contact sheets and index.html; returns the written files (sheets, page)."""
+                   split: str = TEST, max_frames: int = 32, warning: str = "") -> list[str]:
+    """Write the contact sheets and index.html; returns the written files (sheets, page).
+    `warning`: what is wrong with the folder (drawn anyway), said at the top of the page."""
     root = root.rstrip("/")
     folders = shard_folders(root)
     sections, written = [], []
@@ -370,9 +391,15 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
             print(f"inspect: {unknown}", file=sys.stderr)
         chosen_split = split_of(folders, config, split)
         urls = shard_urls(root, chosen_split, config, folders[(chosen_split, config)])
-        keys, total = sample_keys(urls, config, seed, per_scenario)
+        try:
+            keys, total = sample_keys(urls, config, seed, per_scenario)
+            sampled = read_sampled_rows(urls, keys, config)
+        except (OSError, ValueError, pa.ArrowException) as err:  # drawn with --force only
+            print(f"inspect: {config}: not drawn: its shards cannot be read "
+                  f"({type(err).__name__}: {err})", file=sys.stderr)
+            continue
         entries = []
-        for row in read_sampled_rows(urls, keys):
+        for row in sampled:
             rel = f"{config}/{sheet_name(chosen_split, row)}"
             url = fileio.join(out, config, sheet_name(chosen_split, row))
             fileio.write_bytes_atomic(url, png_bytes(render_sheet(row, config, max_frames)))
@@ -385,6 +412,8 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     summary = (f"Contact sheets of {root}: up to {per_scenario} rows per scenario. Each sheet "
                "shows the frames in order (green = first frame shown, blue = reference), the "
                "question, the options as lettered in the MCQA prompt, and the answer.")
+    if warning:
+        summary = f"WARNING: not an intact build, drawn with --force: {warning}. {summary}"
     index = fileio.join(out, "index.html")
     fileio.write_bytes_atomic(index, page("ProactiveBench: inspect", summary, sections,
                                           links).encode("utf-8"))
@@ -413,14 +442,29 @@ def inspect_command(argv: list[str]) -> int:
                         "no test rows)")
     parser.add_argument("--max_frames", type=int_at_least(2), default=32,
                         help="most thumbnails per sheet, at least 2 (default: 32)")
+    parser.add_argument("--force", action="store_true",
+                        help="draw a folder that is not an intact build (failed, unfinished, "
+                        "damaged) anyway, saying so")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
     out = args.out or fileio.join(args.dir.rstrip("/"), "inspect")
+    problems = buildfolder.folder_problems(args.dir)
+    warning = ""
+    if problems:
+        more = (f" (and {len(problems) - 1} more; run_pipeline.py validate {args.dir} lists "
+                "them)" if len(problems) > 1 else "")
+        if not args.force:
+            print(f"inspect: {args.dir} is not an intact build: {problems[0]}{more}; --force "
+                  "draws it anyway", file=sys.stderr)
+            return 1
+        warning = problems[0] + more
+        print(f"inspect: warning: {args.dir} is not an intact build, drawn with --force: "
+              f"{warning}", file=sys.stderr)
     if not shard_folders(args.dir.rstrip("/")):
         print(f"no Parquet shards under {args.dir}", file=sys.stderr)
         return 1
     written = inspect_folder(args.dir, out, args.per_scenario, args.seed, args.split,
-                             args.max_frames)
+                             args.max_frames, warning)
     print(f"wrote {len(written) - 1} contact sheets and {written[-1]}")
     return 0
 

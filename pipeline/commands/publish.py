@@ -132,13 +132,13 @@ def publish_command(argv: list[str]) -> int:
         check_stand_ins(args)
         plan = publish.publish(
             args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
-            upstream_prefix=args.upstream_prefix.strip("/"), commit_message=args.commit_message,
+            upstream_prefix=args.upstream_prefix.rstrip("/"), commit_message=args.commit_message,
             max_commit_bytes=args.max_commit_bytes, max_commit_files=args.max_commit_files,
             archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir,
             check=record_contract)
     except publish.PublishError as err:
         print(f"PUBLISH FAILED: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     print(publish.format_plan(plan))
     if args.dry_run:
         print("dry run: nothing was changed")

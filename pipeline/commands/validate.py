@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from collections import defaultdict
@@ -43,7 +44,7 @@ from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
     TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
-from proactivebench_builder.core.records import arrow_schema, train_arrow_schema
+from proactivebench_builder.core.records import INT_COLUMNS, arrow_schema, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
@@ -52,6 +53,9 @@ HELP = "check a built folder against the record contract (exit 1 listing every p
 
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
+# The largest integer (frame index, step cap, ...) a row's checks iterate up to: far above any
+# real record (the longest source video has some thousands of frames).
+MAX_ROW_INTEGER = 1_000_000
 
 
 
@@ -79,23 +83,35 @@ def schema_problems(actual, where: str, expected=None) -> list[str]:
     if hf is None:
         problems.append(f"{where}: no `huggingface` schema metadata (frames would not load as "
                         "images)")
-    elif json.loads(hf) != json.loads(expected.metadata[b"huggingface"]):
+    elif _json_or_none(hf) != json.loads(expected.metadata[b"huggingface"]):
         problems.append(f"{where}: `huggingface` feature metadata differs from the contract")
     return problems
 
 
+def _json_or_none(data: bytes):
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested without end
+        return None
+
+
+def has_columns(actual, expected) -> bool:
+    """Every column of `expected` is in `actual`, with its type (rows can then be checked)."""
+    return all(f.name in actual.names and actual.field(f.name).type.equals(f.type)
+               for f in expected)
+
+
 def iter_rows(url: str, columns: list[str] | None = None):
-    """Rows of one shard, a small batch at a time."""
-    fs, path = fileio.filesystem(url)
-    with fs.open(path, "rb") as handle:
+    """Rows of one shard, a small batch at a time (a FIFO or a folder in a shard's place is
+    refused, never waited on: `fileio.open_source`)."""
+    with fileio.open_source(url) as handle:
         parquet = pq.ParquetFile(handle)
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
             yield from batch.to_pylist()
 
 
 def read_schema(url: str):
-    fs, path = fileio.filesystem(url)
-    with fs.open(path, "rb") as handle:
+    with fileio.open_source(url) as handle:
         return pq.ParquetFile(handle).schema_arrow
 
 
@@ -213,6 +229,29 @@ def unregistered_problem(config: str,
             "proactivebench_builder.scenarios (README: Adding a scenario)")
 
 
+def bound_problems(row: dict) -> list[str]:
+    """Values the step checks cannot take: an integer beyond what any real record holds, a
+    null inside a list of frame ids, a number that is not finite. A shard can hold anything
+    once its digests are recomputed (the checksums detect damage, not forgery), and the
+    step-cap checks iterate over these values (a ChangeIt max_steps of 10^9 would build a list
+    of 2*10^9 ids), so such a row is reported once and its step checks are skipped."""
+    values = [(name, row.get(name)) for name in sorted(INT_COLUMNS)]
+    for name in ("frame_ids", "valid_images"):
+        items = row.get(name) or []
+        if any(i is None for i in items):
+            return [f"{name} {items} holds a null"]
+        values += [(name, i) for i in items]
+    huge = [f"{name}={value} is beyond the {MAX_ROW_INTEGER:,} validate checks (no real "
+            "record comes near it)" for name, value in values
+            if isinstance(value, int) and abs(value) > MAX_ROW_INTEGER]
+    numbers = [("horizontal_step", row.get("horizontal_step")),
+               ("vertical_step", row.get("vertical_step"))]
+    numbers += [(f"crop.{k}", v) for k, v in (row.get("crop") or {}).items()]
+    infinite = [f"{name}={value} is not a finite number" for name, value in numbers
+                if isinstance(value, float) and not math.isfinite(value)]
+    return (huge + infinite)[:1]
+
+
 def row_problems(row: dict, config: str) -> list[str]:
     problems = []
     for field in ("key", "id", "prompt", "image_template"):
@@ -222,9 +261,23 @@ def row_problems(row: dict, config: str) -> list[str]:
     registered = scenario_for_config(config) is not None  # else: one problem for the config
     problems += option_problems(row, config) if registered else []
     problems += frame_id_problems(row)
-    problems += declared_behaviour(config).record_problems(row) if registered else []
+    out_of_bounds = bound_problems(row)
+    problems += out_of_bounds
+    if registered and not out_of_bounds:
+        problems += scenario_row_problems(row, config)
     problems += frame_problems(row)
     return problems
+
+
+def scenario_row_problems(row: dict, config: str) -> list[str]:
+    """The scenario's own checks of a row (`Behaviour.record_problems`). They are written for
+    rows of the record contract; a value they did not expect (e.g. a null where the contract
+    has a number, in a shard whose digests were recomputed after an edit) is one problem naming
+    what went wrong, not a traceback of validate."""
+    try:
+        return declared_behaviour(config).record_problems(row)
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError, AttributeError) as err:
+        return [f"its scenario's checks cannot judge this row ({type(err).__name__}: {err})"]
 
 
 # ---- the whole folder -----------------------------------------------------------------------
@@ -253,7 +306,8 @@ class FolderValidator:
                               + buildfolder.card_problems(self.root, report)
                               + buildfolder.stray_files(self.root, report,
                                                         buildfolder.shard_folders(self.root),
-                                                        buildfolder.train_shards(self.root)))
+                                                        buildfolder.train_shards(self.root))
+                              + buildfolder.upstream_problems(self.root, report))
         report, problems = buildfolder.check_build_report(self.root)
         self.problems += problems
         folders = buildfolder.shard_folders(self.root)
@@ -277,9 +331,23 @@ class FolderValidator:
             self.problems += self.check_train_counts(report, train)
         return self.problems
 
+    def confined(self, where: str) -> bool:
+        """Whether the shard `where` is a regular file inside the folder (a link leading out or
+        a FIFO is one problem, never read: `buildfolder.open_listed`)."""
+        try:
+            buildfolder.open_listed(self.root, where).close()
+        except buildfolder.NotListable as err:
+            self.problems.append(f"{where}: {err.strerror}; not read")
+            return False
+        except OSError:
+            pass  # reading it says what is wrong
+        return True
+
     def check_train_shard(self, name: str) -> None:
         where = f"{TRAIN_DIR}/{name}"
         url = fileio.join(self.root, TRAIN_DIR, name)
+        if not self.confined(where):
+            return
         try:
             schema = read_schema(url)
         except Exception as err:  # any unreadable file is one problem, not a crash
@@ -287,7 +355,7 @@ class FolderValidator:
             return
         expected = train_arrow_schema()
         self.problems += schema_problems(schema, where, expected)
-        if any(n not in schema.names for n in expected.names):
+        if not has_columns(schema, expected):
             return
         columns = [c for c in expected.names if self.decode_frames or c != "images"]
         seen = self.ids_by_key[(TRAIN, TRAIN_CONFIG)]
@@ -318,16 +386,17 @@ class FolderValidator:
     def check_shard(self, split: str, config: str, name: str) -> None:
         where = f"{folder_label(split, config)}/{name}"
         url = fileio.join(self.root, *where.split("/"))
+        if not self.confined(where):
+            return
         try:
             schema = read_schema(url)
         except Exception as err:  # any unreadable file is one problem, not a crash
             self.problems.append(f"{where}: unreadable Parquet: {type(err).__name__}: {err}")
             return
         self.problems += schema_problems(schema, where)
-        expected = arrow_schema().names
-        if any(n not in schema.names for n in expected):
-            return  # rows cannot be checked without every column
-        columns = [c for c in expected if self.decode_frames or c != "frames"]
+        if not has_columns(schema, arrow_schema()):
+            return  # rows cannot be checked without every column, of its type
+        columns = [c for c in arrow_schema().names if self.decode_frames or c != "frames"]
         before = self.rows[(split, config)]
         for row in iter_rows(url, columns):
             self.rows[(split, config)] += 1

@@ -10,7 +10,7 @@ import re
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.changeit import miniature
 from proactivebench_builder.transforms.changeit.csvs import (
     ANNOTATION_SUFFIX, parse_annotation, parse_categories_csv, parse_labels_csv, parse_video_list,
@@ -20,6 +20,9 @@ from proactivebench_builder.transforms.changeit.play import (
 from proactivebench_builder.transforms.changeit.video import VideoReader, encode_jpeg
 
 QUESTION_TYPES = (ACTION, OBJECT)  # sorted, so items come out in one fixed order
+
+# categories.csv holds 44 rows and labels.csv 4: a table over this is not theirs
+MAX_TABLE_BYTES = 1 << 20
 
 
 OBJECT_QUESTIONS = (
@@ -101,12 +104,15 @@ class ChangeIt(Scenario):
     # -- listing and reading --
 
     def list_units(self) -> list[str]:
-        """One unit per category folder of `annotations/` (only test videos are annotated)."""
+        """One unit per category folder of `annotations/` (only test videos are annotated).
+        The two tables every category needs are checked here: a broken one is one line naming
+        it (in `read_unit` it would be a dead letter per unit, naming none)."""
         for name in ("categories.csv", "labels.csv"):
             if not fileio.exists(self.path(name)):
                 raise SourceError(f"changeit: no {name} under {self.root} (expected a clone of "
                                   f"github.com/soCzech/ChangeIt)")
             self.require_inside_root(self.path(name), "a table every category needs")
+        self.tables()
         folder = self.require_inside_root(self.path("annotations"), "the annotations folder")
         units = [fileio.join(folder, n) for n in fileio.list_names(folder)
                  if not n.startswith(".") and fileio.is_dir(fileio.join(folder, n))]
@@ -117,8 +123,7 @@ class ChangeIt(Scenario):
     def read_unit(self, unit: str):
         category = posixpath.basename(unit)
         # checked again here (BadItem: the unit's dead letter), as every file of the unit
-        actions = parse_categories_csv(self.read_source_text(self.path("categories.csv")))
-        labels = parse_labels_csv(self.read_source_text(self.path("labels.csv")))
+        actions, labels = self.tables()
         listed, list_problem = self._listed_ids(category)
         problem = self._category_problem(category, actions) or list_problem
         for name in self.list_source(unit):
@@ -148,6 +153,19 @@ class ChangeIt(Scenario):
                 yield from self._question_item(keys[qt], qt, category, video_id, path,
                                                per_second, actions)
 
+    def tables(self) -> tuple[dict[str, str], dict[int, str]]:
+        """(categories.csv's DIR_NAME -> ACTION_NAME, labels.csv's LABEL_ID -> MEANING); raise
+        SourceError naming the table that cannot be read."""
+        texts = {}
+        for name in ("categories.csv", "labels.csv"):
+            try:
+                texts[name] = self.read_source_text(self.path(name), limit=MAX_TABLE_BYTES)
+            except (OSError, UnicodeDecodeError) as err:
+                reason = getattr(err, "strerror", None) or err
+                raise SourceError(f"changeit: unreadable {name}: {reason}") from None
+        return (parse_categories_csv(texts["categories.csv"]),
+                parse_labels_csv(texts["labels.csv"]))
+
     def _listed_ids(self, category: str) -> tuple[set, str]:
         url = self.path("videos", f"{category}.csv")
         try:
@@ -156,6 +174,9 @@ class ChangeIt(Scenario):
             return set(), f"inconsistent source: no id list videos/{category}.csv"
         except BadItem as err:  # a link out: every video of the category is a dead letter
             return set(), err.reason
+        except (OSError, UnicodeDecodeError) as err:  # a folder, a FIFO, not UTF-8, too large
+            return set(), (f"inconsistent source: unreadable id list videos/{category}.csv: "
+                           f"{getattr(err, 'strerror', None) or err}")
 
     def _category_problem(self, category: str, actions: dict) -> str:
         if category not in actions:
@@ -189,7 +210,8 @@ class ChangeIt(Scenario):
         qt = item["question_type"]
         row = self.new_row(key)
         row.update(
-            image_template=f"ChangeIt/{item['category']}/{item['video_id']}/{{image}}.{extension}",
+            image_template=(template_literal(f"ChangeIt/{item['category']}/{item['video_id']}/")
+                            + "{image}" + template_literal(f".{extension}")),
             first_image=item["first_image"], num_images=item["num_images"],
             reference_image=item["reference_image"], step_size=item["step_size"],
             max_steps=item["max_steps"], question_type=qt,

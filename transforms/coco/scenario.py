@@ -352,7 +352,7 @@ class Coco(Scenario):
         re-encoded as JPEG (the only COCO frames whose pixels change)."""
         if ref["kind"] != "view":
             return super().load_frame(ref)
-        with Image.open(io.BytesIO(self.read_source(ref["url"]))) as image:
+        with Image.open(io.BytesIO(self.read_validated_source(ref))) as image:
             # crop, then convert: the same pixels (conversion is per pixel), on the view only
             view = image.crop(tuple(round(v) for v in ref["box"])).convert("RGB")
             out = io.BytesIO()

@@ -6,7 +6,7 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.seeding import hash_rank
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.imagenet_c import miniature
 from proactivebench_builder.transforms.imagenet_c.play import PLAY, SEVERITIES
 
@@ -109,7 +109,8 @@ class ImageNetC(Scenario):
         row = self.new_row(key)
         answer = self.class_names[wnid]
         row.update(
-            image_template=f"ImageNet-C/{corruption}/{{level}}/{wnid}/{name}",
+            image_template=(template_literal(f"ImageNet-C/{corruption}/") + "{level}"
+                            + template_literal(f"/{wnid}/{name}")),
             first_image=SEVERITIES[0], num_images=len(SEVERITIES),
             reference_image=SEVERITIES[-1],
             prompt=self.pick_prompt(key, QUESTIONS),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import pickle
+import pickletools
 import posixpath
 import re
 
@@ -12,7 +13,7 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.manifests import ManifestError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import ReleaseLabels, Scenario
+from proactivebench_builder.transforms.base import ReleaseLabels, Scenario, template_literal
 from proactivebench_builder.transforms.mvpn import miniature, release
 from proactivebench_builder.transforms.mvpn.play import PLAY, ROTATE_REQUESTS
 
@@ -38,6 +39,17 @@ QUESTIONS = (
 LIST_NAME = re.compile(r"^(?P<split>[a-z]+)_(?P<cls>.+)_(?P<count>[0-9]+)\.pkl$")
 
 
+# A list file holds about a hundred samples (some kB); a pickle builds tens of bytes of objects
+# per byte of its own (EMPTY_LIST, APPEND, ...), so one over this is refused unread.
+MAX_LIST_BYTES = 4 << 20
+
+# a view token that is a frame id: ASCII digits (int() takes any Unicode digit, and
+# str.isdigit() is true of '²', which int() refuses)
+VIEW_ID = re.compile(r"[0-9]{1,9}")
+
+_MEMO_STORES = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+
+
 class _PlainDataUnpickler(pickle.Unpickler):
     """Builds only what pickle's own opcodes build (lists, strings, numbers...): every global
     lookup, which is how a pickle reaches a class or a callable to run, is refused."""
@@ -46,10 +58,27 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
 
+def _check_memo(data: bytes) -> None:
+    """Refuse a pickle that names a memo slot beyond the entries it has made so far: the C
+    unpickler sizes its memo to the largest index named (a 9-byte pickle could claim 64 GB).
+    Picklers number entries 0, 1, 2, ... (pickletools reads the opcodes, building nothing)."""
+    made = 0
+    for opcode, arg, position in pickletools.genops(data):
+        if opcode.name not in _MEMO_STORES:
+            continue
+        if opcode.name != "MEMOIZE" and arg > made:
+            raise BadItem(f"bad pickle: memo index {arg:,} at byte {position} after {made} "
+                          "memo entries (a claim on memory, not data)")
+        made += 1
+
+
 def load_sample_list(data: bytes) -> list:
     """The list of a `*_100.pkl` file; BadItem when it is not a pickle of a plain list."""
     try:
+        _check_memo(data)
         value = _PlainDataUnpickler(io.BytesIO(data)).load()
+    except BadItem:
+        raise
     except Exception as err:  # noqa: BLE001 - any failure means the same: not a plain list
         raise BadItem(f"bad pickle: {type(err).__name__}: {err}") from None
     if not isinstance(value, list):
@@ -92,11 +121,6 @@ def order_views(paths: list[str]) -> list[str]:
     if len(informative) > 1:
         raise BadItem(f"several informative views: {len(informative)}")
     return [p for p, m in zip(paths, marks) if m == 0] + informative
-
-
-def template_literal(text: str) -> str:
-    """Text placed in a str.format template verbatim (braces doubled)."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 class MVPN(Scenario):
@@ -198,10 +222,11 @@ class MVPN(Scenario):
         match = LIST_NAME.match(name)
         list_class = match.group("cls") if match else None
         try:
-            elements = load_sample_list(self.read_source(unit))
-        except BadItem as err:
+            elements = load_sample_list(self.read_source(unit, limit=MAX_LIST_BYTES))
+        except (BadItem, OSError) as err:  # OSError: over MAX_LIST_BYTES, a folder, a FIFO
             yield self.count("raw_items")
-            yield self.dead_letter(unit, err.reason)
+            yield self.dead_letter(unit, getattr(err, "reason", None)
+                                   or f"unreadable list file: {err.strerror or err}")
             return
         stem = name[: -len(".pkl")]
         for index, element in enumerate(elements):
@@ -241,7 +266,7 @@ class MVPN(Scenario):
             raise BadItem(f"views from several set folders: {folders} "
                           f"(parameters.frame_ids: position handles them)")
         tokens = [split_file_name(posixpath.basename(path))[0] for path in chain]
-        if not all(t.isdigit() for t in tokens):
+        if not all(VIEW_ID.fullmatch(t) for t in tokens):
             raise BadItem(f"non-integer view token in {tokens} "
                           f"(parameters.frame_ids: position handles them)")
         ids = [int(t) for t in tokens]

@@ -42,7 +42,11 @@ class FileScan:
     next rank takes its place, so the kept drawings are exactly those a full parse of every
     line keeps. A canonical-looking line whose strokes are broken but that ranks outside the
     kept ranks (or has too few strokes) is counted as that exclusion instead of a dead
-    letter: its bytes are never used. A UTF-8 BOM at the start and blank lines are not items.
+    letter: its bytes are never used. Such a line still claims its key_id, so a later line
+    repeating that key is the duplicate (a full parse would have dropped the broken line and
+    kept the later one): the kept drawings equal a full parse's whenever no key_id repeats,
+    and a repeated key is itself a fault of the file, counted either way. A UTF-8 BOM at the
+    start and blank lines are not items.
     An error inside one line is that line's dead letter; an I/O error part way is one more
     dead letter for the unread rest, and what was read still counts."""
 

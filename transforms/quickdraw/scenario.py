@@ -116,6 +116,8 @@ class QuickDraw(Scenario):
             record = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise BadItem(f"malformed ndjson line: {err}") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise BadItem("malformed ndjson line: nested too deeply to decode") from None
         if not isinstance(record, dict):
             raise BadItem("malformed ndjson line: not a JSON object")
         missing = [f for f in ("word", "key_id", "recognized", "drawing") if f not in record]
@@ -125,7 +127,7 @@ class QuickDraw(Scenario):
             raise BadItem(f"inconsistent record: word {record['word']!r} in the file of "
                           f"{category!r}")
         key_id = str(record["key_id"])
-        if not key_id.isdigit():
+        if not (key_id.isascii() and key_id.isdigit()):  # as CANONICAL_LINES reads it
             raise BadItem(f"malformed ndjson line: key_id {key_id!r} is not an integer")
         strokes = parse_strokes(record["drawing"], raw=self.family == "raw")
         return {"key_id": key_id, "recognized": record["recognized"] is True, "strokes": strokes}

@@ -1,11 +1,151 @@
 """Reading ROD's archive members: a `.tar.gz` reads forward only, so one reader per archive and
-thread is kept per process, and a row's frames are read as one span of its sequence."""
+thread is kept per process, and a row's frames are read as one span of its sequence.
+
+Archives are untrusted: `members` walks one with `tarfile`, but bounds what tarfile would
+otherwise let a header decide (see `BoundedTarInfo` and `members`)."""
 from __future__ import annotations
 
+import bz2
+import contextlib
 import gzip
+import lzma
+import tarfile
 import threading
 
 from proactivebench_builder.core import fileio
+
+# A GNU long name or a PAX extended header longer than this refuses its archive unread: tarfile
+# reads such a header whole before any member is looked at (a header declaring 256 MiB held
+# 256 MiB), and its PAX parsing is quadratic in the header's length on some contents (CPython
+# before 3.11.10 / 3.12.6: 64 KiB of digits cost 26 s). Real headers are a path (at most
+# 4 KiB) plus a few times and ids.
+MAX_EXTENDED_HEADER_BYTES = 16 << 10
+# Extended headers in a row before a member (tarfile recurses once per header), and distinct
+# keywords the archive's global PAX headers may set (tarfile keeps them for the whole read).
+MAX_EXTENDED_HEADERS_IN_A_ROW = 8
+MAX_GLOBAL_PAX_KEYWORDS = 256
+# What skipping a member's data reads at a time (tarfile's own skip reads 10 KiB at a time,
+# for as long as the header said, even long past the end of the stream)
+SKIP_READ_BYTES = 1 << 20
+
+
+class ArchiveRefused(tarfile.TarError):
+    """An archive whose headers ask more than a reader gives: refused as a whole, unread past
+    the header (its members' names could no longer be trusted)."""
+
+
+class BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo (passed to `tarfile.open(tarinfo=...)`) that refuses an extended header over
+    MAX_EXTENDED_HEADER_BYTES before tarfile reads it, more than MAX_EXTENDED_HEADERS_IN_A_ROW
+    of them in a row, and GNU sparse members (never photos). A PAX header is parsed here in one
+    linear pass (tarfile's own regular expressions backtrack quadratically on some contents)."""
+
+    def _proc_gnulong(self, tar):
+        with _extended_header(self, tar, "GNU long-name"):
+            return super()._proc_gnulong(tar)
+
+    def _proc_sparse(self, tar):
+        raise ArchiveRefused(f"a GNU sparse member at byte {self.offset:,} (not a photo; "
+                             "sparse members are not read)")
+
+    def _proc_pax(self, tar):
+        with _extended_header(self, tar, "PAX"):
+            buf = tar.fileobj.read(self._block(self.size))
+            if len(buf) < self.size:
+                raise tarfile.ReadError("unexpected end of data inside a PAX header")
+            records = _pax_records(buf[:self.size], self.offset)
+            if any(keyword.startswith(b"GNU.sparse.") for keyword, _ in records):
+                raise ArchiveRefused(f"a GNU sparse member at byte {self.offset:,} (not a "
+                                     "photo; sparse members are not read)")
+            glob = self.type == tarfile.XGLTYPE
+            pax_headers = tar.pax_headers if glob else tar.pax_headers.copy()
+            binary = (b"hdrcharset", b"BINARY") in records or \
+                tar.pax_headers.get("hdrcharset") == "BINARY"
+            for keyword, value in records:
+                key = self._decode_pax_field(keyword, "utf-8", "utf-8", tar.errors)
+                encoding = tar.encoding if binary and key in tarfile.PAX_NAME_FIELDS else "utf-8"
+                pax_headers[key] = self._decode_pax_field(value, encoding, tar.encoding,
+                                                          tar.errors)
+            if len(pax_headers) > MAX_GLOBAL_PAX_KEYWORDS:
+                raise ArchiveRefused(f"PAX headers setting more than {MAX_GLOBAL_PAX_KEYWORDS} "
+                                     f"keywords (at byte {self.offset:,})")
+            try:
+                following = self.fromtarfile(tar)
+            except tarfile.HeaderError as err:
+                raise tarfile.ReadError(f"bad header after a PAX header: {err}") from None
+            if glob:
+                return following
+            # as tarfile does: the extended header's fields replace the member's own, and a
+            # size it gives moves where the next header starts
+            following._apply_pax_info(pax_headers, tar.encoding, tar.errors)
+            following.offset = self.offset
+            if "size" in pax_headers:
+                offset = following.offset_data
+                if following.isreg() or following.type not in tarfile.SUPPORTED_TYPES:
+                    offset += following._block(following.size)
+                tar.offset = offset
+            return following
+
+
+@contextlib.contextmanager
+def _extended_header(info: tarfile.TarInfo, tar, what: str):
+    """Around reading an extended header: refuse it over MAX_EXTENDED_HEADER_BYTES (before a
+    byte of it is read) or past MAX_EXTENDED_HEADERS_IN_A_ROW."""
+    if info.size > MAX_EXTENDED_HEADER_BYTES:
+        raise ArchiveRefused(f"a {what} extended header declaring {info.size:,} bytes (at byte "
+                             f"{info.offset:,}), over the {MAX_EXTENDED_HEADER_BYTES:,} a header "
+                             "may hold here; not read")
+    depth = getattr(tar, "_extended_in_a_row", 0)
+    if depth >= MAX_EXTENDED_HEADERS_IN_A_ROW:
+        raise ArchiveRefused(f"more than {MAX_EXTENDED_HEADERS_IN_A_ROW} extended headers in a "
+                             f"row (at byte {info.offset:,})")
+    tar._extended_in_a_row = depth + 1
+    try:
+        yield
+    finally:
+        tar._extended_in_a_row = depth
+
+
+def _pax_records(buf: bytes, where: int) -> list[tuple[bytes, bytes]]:
+    """The (keyword, value) records of a PAX header, `<length> <keyword>=<value>\\n` each, in
+    one pass; ArchiveRefused when the header is not made of such records (NUL padding ends it)."""
+    records, pos = [], 0
+    while pos < len(buf) and buf[pos] != 0:
+        space = buf.find(b" ", pos, pos + 21)
+        end = pos + int(buf[pos:space]) if space > pos and buf[pos:space].isdigit() else pos
+        keyword, equals, value = buf[space + 1:end - 1].partition(b"=")
+        if not space + 1 < end <= len(buf) or buf[end - 1] != 0x0A or not equals or not keyword:
+            raise ArchiveRefused(f"a malformed PAX header at byte {where:,} (its record at "
+                                 f"{pos:,})")
+        records.append((keyword, value))
+        pos = end
+    return records
+
+
+def members(raw):
+    """(tar, member) for each member of the archive read from the binary stream `raw`
+    (compressed or not: `decompressed`; forward only), with bounds tarfile lacks: a read
+    decompresses only what it returns (tarfile's own streams decompress 10 KiB of input whole:
+    bzip2 makes 100 bytes 64 MiB), extended headers as
+    `BoundedTarInfo` says; a member's data skipped a block at a time and only as far as the
+    stream goes (an archive that ends inside a member is cut short: tarfile.ReadError); and
+    no list of every member kept (tarfile keeps one, which grows with the archive).
+    The caller may read the current member's data (`tar.extractfile`) before the next."""
+    with tarfile.open(fileobj=decompressed(raw), mode="r|", tarinfo=BoundedTarInfo) as tar:
+        member = tar.next()
+        while member is not None:
+            tar.members.clear()
+            yield tar, member
+            _skip_to_next_header(tar)
+            member = tar.next()
+
+
+def _skip_to_next_header(tar) -> None:
+    stream = tar.fileobj
+    while stream.tell() < tar.offset:
+        if not stream.read(min(tar.offset - stream.tell(), SKIP_READ_BYTES)):
+            raise tarfile.ReadError(f"the archive ends at byte {stream.tell():,}, inside a member "
+                                    f"whose header declared data up to byte {tar.offset:,}")
 
 _READERS: dict[tuple[str, str], object] = {}
 
@@ -22,11 +162,26 @@ def archive_version(fs, path: str) -> str:
     return f"{info.get('size')}:{stamp}"
 
 
+# Decompressing readers by the magic bytes a file starts with: each read returns at most what
+# it is asked (the decompressor's output is bounded, whatever the input's ratio)
+_DECOMPRESSED = ((b"\x1f\x8b", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+                 (b"BZh", lambda raw: bz2.BZ2File(raw, mode="rb")),
+                 (b"\xfd7zXZ\x00", lambda raw: lzma.LZMAFile(raw, mode="rb")))
+
+
+def decompressed(raw):
+    """The uncompressed stream of the archive file `raw` (seekable, at its start): gzip, bzip2
+    or xz by its first bytes (as tarfile's "r|*" tells them), else `raw` itself."""
+    magic = raw.read(6)
+    raw.seek(0)
+    return next((opener(raw) for prefix, opener in _DECOMPRESSED if magic.startswith(prefix)),
+                raw)
+
+
 def open_archive(url: str):
     """A forward reader of the uncompressed stream of the archive at `url` (a regular file only,
-    see fileio.open_source)."""
-    raw = fileio.open_source(url)
-    return gzip.GzipFile(fileobj=raw, mode="rb") if url.endswith((".gz", ".tgz")) else raw
+    see fileio.open_source), decompressed as the member index was read (`decompressed`)."""
+    return decompressed(fileio.open_source(url))
 
 
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:

@@ -13,9 +13,10 @@ from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.base import Scenario, template_literal
 from proactivebench_builder.transforms.rod import miniature
-from proactivebench_builder.transforms.rod.archives import archive_version, read_member
+from proactivebench_builder.transforms.rod.archives import (
+    ArchiveRefused, archive_version, members, read_member)
 from proactivebench_builder.transforms.rod.play import MOVE_LEFT, MOVE_RIGHT, PLAY
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"
@@ -45,7 +46,9 @@ QUESTIONS = (
 SPAN_SLACK_PER_FRAME = 8 << 10
 
 
-STEM_PATTERN = re.compile(r"^(?P<setting>[^-]+)-(?P<token>.+)-s(?P<frame>\d+)$")
+# a frame number is ASCII digits, short enough for int() (which takes any Unicode digit and
+# refuses more than 4,300 of them)
+STEM_PATTERN = re.compile(r"^(?P<setting>[^-]+)-(?P<token>.+)-s(?P<frame>[0-9]{1,9})$")
 
 
 def normalise_class(token: str) -> str:
@@ -121,11 +124,14 @@ class ROD(Scenario):
             return
         self.require_inside_root(url, "the class table the whole scenario is checked against")
         try:
-            info = json.loads(fileio.read_bytes(url))
+            info = json.loads(fileio.read_bytes(url, limit=self.max_source_file_bytes))
             names = info["features"]["label"]["names"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise SourceError(f"rod: unreadable dataset_info.json: {err}") from None
-        if list(names) != list(self.manifest["classes"]):
+            if not isinstance(names, list):
+                raise TypeError(f"label names are a {type(names).__name__}, not a list")
+        except (ValueError, KeyError, TypeError, RecursionError, OSError) as err:
+            raise SourceError(f"rod: unreadable dataset_info.json: "
+                              f"{type(err).__name__}: {str(err)[:200]}") from None
+        if names != list(self.manifest["classes"]):
             raise SourceError(f"rod: dataset_info.json names classes {names}, the manifest "
                               f"{self.manifest['classes']}")
 
@@ -204,9 +210,11 @@ class ROD(Scenario):
                 continue
             try:
                 version = archive_version(fs, path)
-                with fileio.open_source(url) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
-                    for member in tar:
+                with fileio.open_source(url) as raw:
+                    for tar, member in members(raw):
                         yield from self._member_entry(tar, member, url, version)
+            except ArchiveRefused as err:
+                yield self.dead_letter(url, f"refused archive: {archive}: {err}")
             except (tarfile.TarError, EOFError, OSError, ValueError) as err:
                 yield self.dead_letter(url, f"unreadable archive: {archive} cut short "
                                             f"({type(err).__name__}: {err})")
@@ -251,8 +259,9 @@ class ROD(Scenario):
             if self._is_frame_name(name):
                 try:
                     error = self._too_large(fs.size(path))
-                    if error is None:
-                        data = fileio.read_bytes(url)
+                    if error is None:  # and not more than that if it grew since
+                        data = fileio.read_bytes(url, limit=int(self.params.get(
+                            "max_member_bytes", 1 << 26)))
                         error = self._validate(data, name)
                         ref["sha256"] = hashlib.sha256(data).hexdigest()
                 except OSError as err:
@@ -316,7 +325,8 @@ class ROD(Scenario):
         n = len(frames)
         row = self.new_row(key)
         row.update(
-            image_template=f"{DATASET_FOLDER}/{item['sequence']}-s{{image}}{extensions[0]}",
+            image_template=(template_literal(f"{DATASET_FOLDER}/{item['sequence']}-s")
+                            + "{image}" + template_literal(extensions[0])),
             first_image=int(self.params["first_image"]), num_images=n,
             reference_image=int(self.params["reference_image"]),
             prompt=self.pick_prompt(key, QUESTIONS).format(occluder=occluder),

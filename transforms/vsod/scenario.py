@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import re
 import xml.etree.ElementTree as ET
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import ReleaseLabels, Scenario
+from proactivebench_builder.transforms.base import ReleaseLabels, Scenario, template_literal
 from proactivebench_builder.transforms.vsod import miniature, release
 from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 from proactivebench_builder.transforms.vsod.play import PLAY, REWIND, WAIT
@@ -86,16 +87,39 @@ LABEL_COLUMNS = ("segment", "question_type", "answer")
 PIN_COLUMNS = ("first_image", "reference_image")
 
 
+# A labels file lists three answers per segment: a few hundred lines, some kB. Memory must not
+# depend on what a file holds, so one over this is refused unread.
+MAX_LABELS_BYTES = 16 << 20
+
+# a frame index: ASCII digits (str.isdigit() is true of '²', which int() refuses, and int()
+# takes any Unicode digit), short enough for int()
+FRAME_INDEX = re.compile(r"[0-9]{1,9}")
+
+
 def parse_labels(text: str, vocabulary: dict) -> tuple[list[dict], list[tuple[int, str]]]:
     """(good rows, [(line, reason)] of bad rows) of a labels CSV. Raise SourceError when the
-    header lacks the required columns (the file as a whole is unusable)."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in LABEL_COLUMNS if c not in (reader.fieldnames or [])]
+    header lacks the required columns (the file as a whole is unusable). Lines end as CSV says
+    (CR, LF or CRLF); a line the csv module refuses (e.g. a cell over its field limit) is a
+    bad row."""
+    # newline="": the csv module sees line endings as they are (else a lone CR is an error)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as err:
+        raise SourceError(f"vsod: the labels file's header is not CSV: {err}") from None
+    missing = [c for c in LABEL_COLUMNS if c not in (fieldnames or [])]
     if missing:
         raise SourceError(f"vsod: the labels file lacks columns {missing} "
-                          f"(header: {reader.fieldnames})")
+                          f"(header: {fieldnames})")
     good, bad, seen = [], [], set()
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:  # the reader goes on at the next line
+            bad.append((reader.reader.line_num, f"malformed labels line: {err}"))
+            continue
         line = reader.line_num
         try:
             label = _parse_label_row(row, vocabulary)
@@ -125,8 +149,9 @@ def _parse_label_row(row: dict, vocabulary: dict) -> dict:
     label = {"segment": segment, "question_type": qtype, "answer": known[format_category(answer)]}
     for column in PIN_COLUMNS:
         value = (row.get(column) or "").strip()
-        if value and not value.isdigit():
-            raise BadItem(f"malformed labels line: {column} {value!r} is not a frame index")
+        if value and not FRAME_INDEX.fullmatch(value):
+            raise BadItem(f"malformed labels line: {column} {value[:40]!r} is not a frame "
+                          "index")
         label[column] = int(value) if value else None
     return label
 
@@ -141,19 +166,29 @@ def parse_annotation(data: bytes) -> tuple[tuple[int, int] | None, list[tuple[fl
     node = root.find("size")
     if node is not None and node.findtext("width") and node.findtext("height"):
         try:
-            size = (int(float(node.findtext("width"))), int(float(node.findtext("height"))))
+            size = (int(_finite(node.findtext("width"))), int(_finite(node.findtext("height"))))
         except ValueError:
-            raise BadItem("bad XML: non-numeric <size>") from None
+            raise BadItem("bad XML: a <size> that is not finite numbers") from None
     boxes = []
     for obj in root.findall("object"):
         box = obj.find("bndbox")
         if box is None:
             raise BadItem("bad XML: an <object> without a <bndbox>")
         try:
-            boxes.append(tuple(float(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")))
+            boxes.append(tuple(_finite(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")))
         except (TypeError, ValueError):
-            raise BadItem("bad XML: a <bndbox> without numeric xmin/ymin/xmax/ymax") from None
+            raise BadItem("bad XML: a <bndbox> without finite numeric xmin/ymin/xmax/ymax") \
+                from None
     return size, boxes
+
+
+def _finite(text) -> float:
+    """A finite float: inf would overflow int(), and NaN passes every comparison of
+    check_boxes (raise ValueError, or TypeError for a missing element)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
 
 
 def check_boxes(boxes, width: int, height: int) -> None:
@@ -184,7 +219,12 @@ def union_area(boxes) -> float:
 
 
 def natural_key(name: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    """Runs of ASCII digits compared as numbers (the odd items of the split), the text between
+    them as text. A run is compared by its length without leading zeros, then its digits: the
+    order int() gives, without int()'s limit of 4,300 digits or its taking of any Unicode digit
+    (str.isdigit() is true of '²', which int() refuses)."""
+    parts = re.split(r"([0-9]+)", name)
+    return [(len(p.lstrip("0")), p.lstrip("0")) if i % 2 else p for i, p in enumerate(parts)]
 
 
 def most_occluded(fractions: list[float]) -> int:
@@ -238,12 +278,18 @@ class VSOD(Scenario):
         try:
             # under the root it is a source file (untrusted, checked like the frames); a path
             # or URL the manifest names outright is the user's own configuration
-            text = (self.read_source_text(url) if self.labels_in_root()
-                    else fileio.read_bytes(url).decode("utf-8-sig"))
+            data = (self.read_source(url, limit=MAX_LABELS_BYTES) if self.labels_in_root()
+                    else fileio.read_bytes(url, limit=MAX_LABELS_BYTES))
+            text = data.decode("utf-8-sig")
         except FileNotFoundError:
             raise SourceError(f"vsod: no labels file at {url} (parameters.labels_file; the "
                               "labels exist only in the ProactiveBench release: derive them with "
                               "run_pipeline.py release_labels)") from None
+        except OSError as err:  # a folder, a FIFO, over MAX_LABELS_BYTES, unreadable
+            raise SourceError(f"vsod: unusable labels file {url}: "
+                              f"{err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise SourceError(f"vsod: the labels file {url} is not UTF-8 text ({err})") from None
         return parse_labels(text, self.vocabulary)
 
     # ---- the answer vocabulary ----------------------------------------------------------------
@@ -407,7 +453,8 @@ class VSOD(Scenario):
         qtype = label["question_type"]
         row = self.new_row(key)
         row.update(
-            image_template=f"{DATASET_FOLDER}/{item['segment']}/{{image}}{item['ext']}",
+            image_template=(template_literal(f"{DATASET_FOLDER}/{item['segment']}/") + "{image}"
+                            + template_literal(item["ext"])),
             first_image=first, num_images=n, reference_image=reference,
             prompt=self.pick_prompt(key, QUESTIONS[qtype]),
             options=self.build_options(key, [REWIND, WAIT]),

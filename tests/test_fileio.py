@@ -83,3 +83,30 @@ def test_read_ahead_frames_come_back_in_any_order_and_spill_to_disk(monkeypatch)
     assert ahead._file._rolled  # past the threshold the frames live in a temporary file
     assert [ahead.pop(key) for key in sorted(frames)] == [frames[k] for k in sorted(frames)]
     ahead.close()
+
+
+def test_frames_in_read_order_wait_only_when_read_before_their_turn(monkeypatch):
+    """The shard writer reads frames in the scenario's read order and asks for them in row
+    order: only frames read before their turn wait in the spooled file."""
+    from proactivebench_builder.pipeline import shards
+
+    class Reader:
+        read = []
+
+        def load_frame(self, ref):
+            Reader.read.append(ref["n"])
+            return bytes([ref["n"]]) * 10
+
+        def relative(self, url):
+            return url
+
+    rows = [{"frame_refs": [{"kind": "member", "n": 2 * r + f} for f in range(2)]}
+            for r in range(3)]
+    in_order = shards.InReadOrder(Reader(), rows, [(r, f) for r in range(3) for f in range(2)])
+    assert [in_order.pop((r, f)) for r in range(3) for f in range(2)] == \
+        [bytes([n]) * 10 for n in range(6)]
+    assert not in_order._ahead._where  # nothing waited
+    reverse = shards.InReadOrder(Reader(), rows, [(r, f) for r in (2, 1, 0) for f in range(2)])
+    assert reverse.pop((0, 0)) == bytes([0]) * 10
+    assert len(reverse._ahead._where) == 4  # rows 2 and 1 were read before their turn
+    assert reverse.pop((2, 1)) == bytes([5]) * 10

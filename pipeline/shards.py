@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import io
 import logging
+import queue
 import tempfile
+import threading
 
 import apache_beam as beam
 
@@ -182,6 +184,25 @@ class WriteShard(beam.DoFn):
 
     def __init__(self, config: BuildConfig):
         self.config = config
+        self._frames_thread = None
+
+    def frames_thread(self):
+        """One thread per DoFn instance, kept across shards (readers it opens, e.g. ROD's
+        archive readers with their access points, are per thread): it reads the frames of the
+        next rows and writes their upstream images while this thread encodes and writes the
+        Parquet file (both mostly outside the interpreter lock), so a worker left alone at
+        the end of the stage still uses two cores."""
+        if self._frames_thread is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._frames_thread = ThreadPoolExecutor(max_workers=1,
+                                                     thread_name_prefix="shard-frames")
+        return self._frames_thread
+
+    def teardown(self):
+        if self._frames_thread is not None:
+            self._frames_thread.shutdown(wait=True)
+            self._frames_thread = None
 
     def process(self, element):
         key, rows = element
@@ -201,42 +222,44 @@ class WriteShard(beam.DoFn):
     def write(self, shard: results.ShardKey, rows):
         split, name, index, count, copy_to_test = shard
         if split == TRAIN:
-            yield from write_train_shard(self.config, index, count, rows)
+            yield from write_train_shard(
+                self.config, index, count, rows,
+                lambda produce: produced_ahead(self.frames_thread(), produce))
             return
         scenario = scenario_instance(name, self.config)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.config.export_upstream
         output = self.config.output
 
-        prefetched = prefetch(scenario, rows)
         dropped = []
         exported = {}  # key -> what build.json records of its exported images
 
-        def materialized():
-            for r, row in enumerate(rows):
-                frames = []
-                try:
-                    for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
-                        data = (prefetched.pop((r, f)) if prefetched
-                                else checked_frame(scenario, ref))
-                        frames.append({"bytes": data, "path": scenario.frame_path(row, fid)})
-                except FrameChanged as err:
-                    dropped.append((row, err))
-                    continue
-                if export:
-                    exported[row["key"]] = tuple(
-                        upstream_export.write_image(output, frame["path"], frame["bytes"])
-                        for frame in frames)
-                yield dict(row, frames=frames)
+        def materialized():  # on the frames thread (frames_thread)
+            prefetched = prefetch(scenario, rows)
+            try:
+                for r, row in enumerate(rows):
+                    frames = []
+                    try:
+                        for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
+                            data = (prefetched.pop((r, f)) if prefetched
+                                    else checked_frame(scenario, ref))
+                            frames.append({"bytes": data, "path": scenario.frame_path(row, fid)})
+                    except FrameChanged as err:
+                        dropped.append((row, err))
+                        continue
+                    if export:
+                        exported[row["key"]] = tuple(
+                            upstream_export.write_image(output, frame["path"], frame["bytes"])
+                            for frame in frames)
+                    yield dict(row, frames=frames)
+            finally:
+                if prefetched:
+                    prefetched.close()
 
         config = scenario.config_name
         url = shard_url(output, split, config, index, count)
-        try:
-            written = write_parquet(url, materialized(), arrow_schema(),
-                                    int(scenario.params.get("rows_per_row_group", 64)))
-        finally:
-            if prefetched:
-                prefetched.close()
+        written = write_parquet(url, produced_ahead(self.frames_thread(), materialized),
+                                arrow_schema(), int(scenario.params.get("rows_per_row_group", 64)))
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         for row, err in dropped:
             LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
@@ -257,3 +280,51 @@ class WriteShard(beam.DoFn):
             for row in rows:
                 yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),
                                            exported.get(row["key"], ()))
+
+
+ROWS_AHEAD = 2  # rows materialized ahead of the Parquet writer (a ROD row holds ~38 MB)
+
+
+def produced_ahead(pool, produce, limit: int = ROWS_AHEAD):
+    """The items of the generator `produce()`, computed on `pool`'s thread at most `limit`
+    ahead of the caller, in order. An error of the producer is raised here; when the caller
+    stops early (its own error), the producer is stopped and waited for, so nothing it opened
+    outlives the shard."""
+    items: queue.Queue = queue.Queue(maxsize=limit)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run():
+        generator = produce()
+        try:
+            for item in generator:
+                if not put((None, item)):
+                    return
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+            put((err, None))
+            return
+        finally:
+            generator.close()
+        put((None, end))
+
+    running = pool.submit(run)
+    try:
+        while True:
+            err, item = items.get()
+            if err is not None:
+                raise err
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        running.result()

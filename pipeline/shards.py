@@ -282,7 +282,7 @@ class WriteShard(beam.DoFn):
                                            exported.get(row["key"], ()))
 
 
-ROWS_AHEAD = 2  # rows materialized ahead of the Parquet writer (a ROD row holds ~38 MB)
+ROWS_AHEAD = 1  # rows waiting ahead of the Parquet writer (a ROD row holds ~38 MB)
 
 
 def produced_ahead(pool, produce, limit: int = ROWS_AHEAD):

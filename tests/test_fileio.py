@@ -141,5 +141,5 @@ def test_rows_produced_ahead_on_a_thread_keep_order_errors_and_stop_early():
         ahead = shards.produced_ahead(pool, produce(1000))
         assert [next(ahead) for _ in range(3)] == [0, 1, 2]
         ahead.close()  # the writer's own error: the producer is stopped and waited for
-        assert len(made) <= 3 + shards.ROWS_AHEAD + 1
+        assert len(made) <= 3 + shards.ROWS_AHEAD + 1  # the queue, and one in hand
         assert closed == [50, 20, 1000]

@@ -317,4 +317,8 @@ def read_member(ref: dict) -> bytes:
         cached = (start, read_tar_span(url, start, end - start, archive[1]))
         with _LOCK:
             _SPANS[archive] = cached
+    if offset + size >= end:  # the span's last member (the writer reads a span in order):
+        with _LOCK:           # its ~38 MB need not wait for the next span to replace them
+            if _SPANS.get(archive) is cached:
+                del _SPANS[archive]
     return cached[1][offset - start: offset - start + size]

@@ -278,6 +278,13 @@ def main(argv=None) -> int:
                    "targets": TARGETS, "checks": checks, "growth": trend,
                    "results": results}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        try:  # figures of other tools in the same file (raw_read.py's real_sizes) are kept
+            with open(args.json) as handle:
+                previous = json.load(handle)
+        except (OSError, ValueError):
+            previous = {}
+        if isinstance(previous, dict):
+            figures = dict({k: v for k, v in previous.items() if k not in figures}, **figures)
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=1, sort_keys=True, default=str)
             handle.write("\n")

@@ -58,10 +58,10 @@ def load_report(output: str) -> dict:
     """build.json as a dict; FileNotFoundError when there is none, UnusableReport when it is
     not a regular file, too large, not UTF-8 JSON, nested too deep or not a JSON object."""
     try:
-        data = fileio.read_bytes(report_url(output), limit=REPORT_MAX_BYTES)
+        data = read_listed(output, BUILD_REPORT, REPORT_MAX_BYTES)
     except FileNotFoundError:
         raise
-    except OSError as err:
+    except OSError as err:  # a link (leading out or not), a FIFO, a folder, too large
         raise UnusableReport(f"{BUILD_REPORT}: unreadable: {err.strerror or err}") from None
     try:
         report = json.loads(data)
@@ -324,6 +324,17 @@ def open_listed(folder: str, relative: str):
         raise NotListable(err.errno, err.strerror, relative) from None
 
 
+def read_listed(folder: str, relative: str, limit: int) -> bytes:
+    """The bytes of a file of the folder, opened as `open_listed` opens it (a link or anything
+    but a regular file inside the folder is refused); FileTooLarge above `limit` bytes."""
+    with open_listed(folder, relative) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise fileio.FileTooLarge(errno.EFBIG, f"larger than the {limit:,} bytes it may hold",
+                                  relative)
+    return data
+
+
 def size_and_sha256(folder: str, relative: str) -> tuple[int, str]:
     """(size, sha256) of a file build.json lists, streamed (see `open_listed`)."""
     with open_listed(folder, relative) as handle:
@@ -480,7 +491,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 def read_card(folder: str) -> tuple[str | None, str | None]:
     """(the card's text, None), or (None, why it cannot be read)."""
     try:
-        data = fileio.read_bytes(fileio.join(folder, CARD), limit=CARD_MAX_BYTES)
+        data = read_listed(folder, CARD, CARD_MAX_BYTES)
     except FileNotFoundError:
         return None, "README.md (the dataset card) is missing"
     except OSError as err:

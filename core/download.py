@@ -24,24 +24,40 @@ How each file is handled:
   once first); the file is renamed to its final name only when its size and every known digest
   agree. A server that sends more bytes than the pinned or announced size is cut off.
 - **Bounded.** Memory holds one 1 MiB block per running download; `Accept-Encoding: identity`
-  and reading the raw stream keep a server's transfer compression from altering the bytes.
+  and reading the raw stream keep a server's transfer compression from altering the bytes (a
+  server that compresses anyway gets its bytes checked by the pins, and nothing unpinned is
+  kept from it). Time is bounded too: a request that receives less than `min_speed` bytes a
+  second over any `timeout` seconds (headers included: a server trickling forever) has its
+  connection cut, and is retried from where it stopped like a dropped one.
+- **Honest.** A reply that cannot be the file is refused and never kept: an HTML page where a
+  data file is asked for, a body with no length at all (neither Content-Length nor chunked
+  encoding, so a cut connection looks like the end) that nothing pins, a redirect from https
+  down to http, a Content-Length or Content-Range that is not a plain number. Redirects are
+  followed by `requests` (at most 30; credentials of the URL never go to another host).
 - **Safe.** A destination is never written through a link: a final path that is a symbolic link,
-  or whose folder resolves outside the target folder, is a failure for that file.
+  or whose folder resolves outside the target folder, is a failure for that file; the same holds
+  for fetch's own folder (`.proactivebench-fetch/`), and a partial file that is not a regular
+  file (a FIFO, a folder) is a failure naming it, never opened.
+- **Stoppable.** `stop()` (Ctrl-C, SIGTERM) cuts every connection at once; what was received
+  stays in its partial file, an extraction removes its temporary file, and such outcomes are
+  "interrupted", not failures.
 - **Testable.** `mirror` fetches `https://HOST/PATH` from `MIRROR/HOST/PATH` instead (a local
   server in the tests, or a cache that mirrors several hosts).
 
 Progress is reported through two callbacks (bytes received, bytes expected), which the command
-connects to a tqdm bar. This module imports nothing of the project (it is part of the core);
-its one third-party dependency is `requests`.
+connects to a tqdm bar. This module imports nothing of the project outside the core (it is part
+of it); its one third-party dependency is `requests` (and its urllib3).
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import json
 import os
 import re
+import socket
 import stat
 import threading
 import time
@@ -51,17 +67,23 @@ from dataclasses import dataclass, field
 
 import requests
 import urllib3
+from requests.adapters import HTTPAdapter
 
 from proactivebench_builder.core import extract as extraction
+from proactivebench_builder.core import fileio
 
 STATE_DIR = ".proactivebench-fetch"  # fetch's bookkeeping inside each source folder
 STATE_FILE = "state.json"
+STATE_LIMIT = 64 << 20  # fetch's own record; anything larger is not one (it is ignored)
 PARTIAL_DIR = "partial"
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 256 << 30  # the cap for a file whose size nobody announces
+MIN_SPEED = 1024  # bytes a second, over any `timeout` seconds, below which a request is cut
 USER_AGENT = "proactivebench-builder-fetch/1"
 MD5_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+NUMBER = re.compile(r"[0-9]{1,19}")  # a header's byte count: ASCII digits, at most 2^63
+HTML_SUFFIXES = (".html", ".htm")
 
 
 class FetchError(Exception):
@@ -69,7 +91,11 @@ class FetchError(Exception):
 
 
 class _Transient(FetchError):
-    """A failure worth retrying (connection lost, timeout, HTTP 5xx/429)."""
+    """A failure worth retrying (connection lost, timeout, too slow, HTTP 5xx/429)."""
+
+
+class _Interrupted(FetchError):
+    """The download was stopped (`Downloader.stop`); what was received is kept to resume."""
 
 
 class _Restart(Exception):
@@ -93,12 +119,16 @@ class FileSpec:
     extract: ExtractSpec | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
 
+    @property
+    def pinned(self) -> bool:
+        return self.size is not None or bool(self.md5 or self.sha256)
+
 
 @dataclass
 class Outcome:
     folder: str
     path: str
-    status: str                     # "fetched", "skipped" or "failed"
+    status: str                     # "fetched", "skipped", "failed" or "interrupted"
     message: str = ""
     bytes: int = 0                  # bytes received over the network
     resumed_from: int = 0           # offset of the last Range request (0: from the start)
@@ -111,6 +141,7 @@ class _Digests:
     sha256: str
     md5: str | None = None
     declared: dict = field(default_factory=dict)   # digests the server announced
+    note: str = ""                  # what the server did that may explain a mismatch
 
 
 def mirrored(url: str, mirror: str | None) -> str:
@@ -122,22 +153,54 @@ def mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + "/" + tail
 
 
+def header_number(value: str | None) -> int | None:
+    """A byte count of a header (Content-Length), or None when it is not plain ASCII digits
+    ('²' is a digit to str.isdigit() but not to int(); 5000 digits exceed int()'s limit)."""
+    value = (value or "").strip()
+    return int(value) if NUMBER.fullmatch(value) else None
+
+
+def content_range(value: str | None) -> tuple[int | None, int | None]:
+    """(first byte, total) of a Content-Range header ('bytes 10-99/100', 'bytes */100');
+    (None, None) for anything else."""
+    match = re.fullmatch(r"\s*bytes\s+(?:([0-9]{1,19})-([0-9]{1,19})|\*)/([0-9]{1,19}|\*)\s*",
+                         value or "")
+    if not match or (match[1] is not None and int(match[2]) < int(match[1])):
+        return None, None
+    start = int(match[1]) if match[1] is not None else None
+    total = int(match[3]) if match[3] != "*" else None
+    return start, total
+
+
+def downgrade(responses) -> str | None:
+    """The first URL of a redirect chain reached over http after https, or None."""
+    secure = False
+    for response in responses:
+        scheme = urllib.parse.urlsplit(response.url).scheme.lower()
+        if scheme == "https":
+            secure = True
+        elif secure:
+            return response.url
+    return None
+
+
 class _FolderState:
     """`<folder>/.proactivebench-fetch/state.json`: what this tool verified, per relative path.
-    Shared by the threads fetching into one folder; written atomically after every change."""
+    Shared by the threads fetching into one folder; written atomically after every change. An
+    unreadable state (not JSON, too deep, not a regular file, too large) is ignored: every file
+    is then verified from its bytes, which is the safe direction."""
 
     def __init__(self, folder: str):
         self.path = os.path.join(folder, STATE_DIR, STATE_FILE)
         self.lock = threading.Lock()
         self.data = {"files": {}, "extracted": {}}
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                loaded = json.load(handle)
+            loaded = json.loads(fileio.read_bytes(self.path, limit=STATE_LIMIT))
             if isinstance(loaded, dict):
                 for key in self.data:
                     if isinstance(loaded.get(key), dict):
                         self.data[key] = loaded[key]
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             pass  # no state (or an unreadable one): every file is verified from its bytes
 
     def get(self, kind: str, path: str) -> dict | None:
@@ -153,16 +216,25 @@ class _FolderState:
                 self.data[kind][path] = value
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = f"{self.path}.tmp-{os.getpid()}-{threading.get_ident()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(self.data, handle, indent=1, sort_keys=True)
-                handle.write("\n")
-            os.replace(tmp, self.path)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    json.dump(self.data, handle, indent=1, sort_keys=True)
+                    handle.write("\n")
+                os.replace(tmp, self.path)
+            except BaseException:  # a full disk, Ctrl-C: no temporary file is left
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+                raise
 
 
 def declared_digests(responses) -> dict:
     """The whole-file digests servers announce in their headers, from a response and the
     redirects before it: Google Cloud Storage's `x-goog-hash: crc32c=...,md5=<base64>` (absent
-    for composite objects) and the Hub's `X-Linked-Etag: "<sha256>"` (LFS files)."""
+    for composite objects) and the Hub's `X-Linked-Etag: "<sha256>"` (LFS files). A value that
+    is not a digest is ignored."""
     found = {}
     for response in responses:
         headers = response.headers
@@ -170,9 +242,11 @@ def declared_digests(responses) -> dict:
             key, _, value = item.strip().partition("=")
             if key == "md5" and value:
                 try:
-                    found["md5"] = base64.b64decode(value, validate=True).hex()
+                    digest = base64.b64decode(value, validate=True)
                 except (binascii.Error, ValueError):
-                    pass
+                    continue
+                if len(digest) == 16:
+                    found["md5"] = digest.hex()
         etag = headers.get("x-linked-etag", "").strip().strip('"').lower()
         if etag.startswith("w/"):
             etag = ""
@@ -181,27 +255,48 @@ def declared_digests(responses) -> dict:
     return found
 
 
-def _content_range(value: str | None) -> tuple[int | None, int | None]:
-    """(first byte, total) of a Content-Range header ('bytes 10-99/100', 'bytes */100')."""
-    match = re.match(r"^\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*$", value or "")
-    if not match:
-        return None, None
-    start = int(match[1]) if match[1] is not None else None
-    total = int(match[2]) if match[2] != "*" else None
-    return start, total
-
-
-def _hash_file(path: str, want_md5: bool) -> _Digests:
+def _hash_file(path: str, want_md5: bool, stopping: threading.Event | None = None) -> _Digests:
     sha, md5 = hashlib.sha256(), hashlib.md5() if want_md5 else None
     size = 0
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as handle:
+    with _open_regular(path, os.O_RDONLY) as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
+            if stopping is not None and stopping.is_set():
+                raise _Interrupted(f"{os.path.basename(path)}: interrupted while reading it")
             sha.update(block)
             if md5 is not None:
                 md5.update(block)
             size += len(block)
     return _Digests(size, sha.hexdigest(), md5.hexdigest() if md5 else None)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    for test, name in fileio._KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_regular(path: str, flags: int, mode: int = 0o644):
+    """A file object of the regular file `path`, opened without following a link or blocking
+    (a FIFO would wait for a peer forever); FetchError naming what it is otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as err:
+        kinds = {errno.ELOOP: "a symbolic link", errno.ENXIO: "a named pipe (FIFO)"}
+        if err.errno in kinds:  # O_NOFOLLOW met a link; a FIFO has no reader
+            raise FetchError(f"{path} is {kinds[err.errno]}, not a file of fetch; remove "
+                             f"it") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FetchError(f"{path} is {file_kind(st.st_mode)}, not a file of fetch; remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb" if (flags & os.O_ACCMODE) == os.O_RDONLY else
+                     ("ab" if flags & os.O_APPEND else "wb"))
 
 
 def _mismatch(spec: FileSpec, digests: _Digests, declared: dict | None = None) -> str | None:
@@ -221,18 +316,128 @@ def _mismatch(spec: FileSpec, digests: _Digests, declared: dict | None = None) -
     return None
 
 
+# ---- cutting a request that is too slow or stopped ---------------------------------------------
+
+_current = threading.local()  # the _Guard of the request this thread is making
+
+
+class _Guard:
+    """One request's progress, watched by its Downloader's monitor thread. A request that
+    receives less than `min_speed` bytes a second over a window of `timeout` seconds (headers
+    included), or that is stopped, has its socket shut down: whatever read it is blocked in
+    (a header line trickling in, a body block) ends at once, and `reason` says why."""
+
+    def __init__(self, timeout: float, min_speed: int):
+        self.timeout = timeout
+        self.min_speed = min_speed
+        self.lock = threading.Lock()
+        self.sock = None
+        self.window_start = time.monotonic()
+        self.window_bytes = 0
+        self.reason: str | None = None  # "slow" or "stopped" once tripped
+
+    def attach(self, sock) -> None:
+        with self.lock:
+            self.sock = sock
+            tripped = self.reason is not None
+        if tripped:
+            self._shutdown()
+
+    def count(self, n: int) -> None:
+        with self.lock:
+            self.window_bytes += n
+
+    def check(self, now: float) -> None:
+        with self.lock:
+            elapsed = now - self.window_start
+            if elapsed < self.timeout or self.reason is not None:
+                return
+            if self.window_bytes >= self.min_speed * elapsed:
+                self.window_start, self.window_bytes = now, 0
+                return
+        self.trip("slow")
+
+    def trip(self, reason: str) -> None:
+        with self.lock:
+            if self.reason is None:
+                self.reason = reason
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        sock = self.sock
+        if sock is None:
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, ValueError):
+            pass  # already closed
+
+    def failure(self, path: str, got: int) -> FetchError:
+        if self.reason == "stopped":
+            return _Interrupted(f"{path}: interrupted after {got} bytes (kept, to resume)")
+        return _Transient(f"{path}: slower than {self.min_speed} bytes a second for "
+                          f"{self.timeout:g} s, after {got} bytes")
+
+
+def _attach_socket(connection) -> None:
+    guard = getattr(_current, "guard", None)
+    if guard is not None and getattr(connection, "sock", None) is not None:
+        guard.attach(connection.sock)
+
+
+class _HTTPConnection(urllib3.connection.HTTPConnection):
+    def getresponse(self, *args, **kwargs):  # the socket is known before the headers are read
+        _attach_socket(self)
+        return super().getresponse(*args, **kwargs)
+
+
+class _HTTPSConnection(urllib3.connection.HTTPSConnection):
+    def getresponse(self, *args, **kwargs):
+        _attach_socket(self)
+        return super().getresponse(*args, **kwargs)
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _GuardedAdapter(HTTPAdapter):
+    """requests' adapter with connections that tell the current request's _Guard their
+    socket (SOCKS proxies keep their own connections, and only the silence timeout)."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_POOLS)
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = dict(_POOLS)
+        return manager
+
+
 class Downloader:
     """Fetches `FileSpec`s into folders; see the module docstring."""
 
     def __init__(self, *, mirror: str | None = None, retries: int = 3, retry_wait: float = 2.0,
-                 timeout: float = 60.0, rehash: bool = False, remove_archives: bool = False,
+                 timeout: float = 60.0, min_speed: int = MIN_SPEED, rehash: bool = False,
+                 remove_archives: bool = False, reserved: tuple[str, ...] = (STATE_DIR,),
                  on_bytes=None, on_total=None, on_done=None, session_factory=None):
         self.mirror = mirror
         self.retries = retries
         self.retry_wait = retry_wait
         self.timeout = timeout
+        self.min_speed = min_speed
         self.rehash = rehash
         self.remove_archives = remove_archives
+        self.reserved = tuple(reserved)  # top-level names of a folder no archive may write
         self.on_bytes = on_bytes or (lambda n: None)
         self.on_total = on_total or (lambda n: None)
         self.on_done = on_done or (lambda outcome: None)  # called as each file finishes
@@ -240,6 +445,10 @@ class Downloader:
         self._local = threading.local()
         self._states: dict[str, _FolderState] = {}
         self._states_lock = threading.Lock()
+        self._planned: dict[str, set[str]] = {}  # folder -> the paths fetched into it
+        self._guards: set[_Guard] = set()
+        self._guards_lock = threading.Lock()
+        self._monitor: threading.Thread | None = None
         self.stopping = threading.Event()
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -250,6 +459,8 @@ class Downloader:
         if session is None:
             session = self._session_factory()
             session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+            for prefix in ("http://", "https://"):
+                session.mount(prefix, _GuardedAdapter())
             self._local.session = session
         return session
 
@@ -262,20 +473,77 @@ class Downloader:
     def url(self, spec: FileSpec) -> str:
         return mirrored(spec.url, self.mirror)
 
+    def stop(self) -> None:
+        """Stop every download now: running requests are cut (their partial files kept),
+        extractions stop at their next block, queued files never start."""
+        self.stopping.set()
+        with self._guards_lock:
+            guards = list(self._guards)
+        for guard in guards:
+            guard.trip("stopped")
+
+    def _guarded(self):
+        """A context for one request: its _Guard is watched until the block ends."""
+        downloader = self
+
+        class _Context:
+            def __enter__(self):
+                guard = _Guard(downloader.timeout, downloader.min_speed)
+                with downloader._guards_lock:
+                    downloader._guards.add(guard)
+                    if downloader._monitor is None:
+                        downloader._monitor = threading.Thread(
+                            target=downloader._watch, name="fetch-monitor", daemon=True)
+                        downloader._monitor.start()
+                if downloader.stopping.is_set():
+                    guard.trip("stopped")
+                _current.guard = guard
+                self.guard = guard
+                return guard
+
+            def __exit__(self, *exc):
+                _current.guard = None
+                with downloader._guards_lock:
+                    downloader._guards.discard(self.guard)
+                return False
+
+        return _Context()
+
+    def _watch(self) -> None:
+        """The monitor: checks every running request a few times a second; it ends when none
+        is left (the next request starts it again)."""
+        interval = max(0.05, min(0.5, self.timeout / 4))
+        while True:
+            time.sleep(interval)
+            now = time.monotonic()
+            with self._guards_lock:
+                guards = list(self._guards)
+                if not guards:
+                    self._monitor = None
+                    return
+            for guard in guards:
+                guard.check(now)
+
     # ---- the public entry points ---------------------------------------------------------
 
     def fetch_all(self, jobs: list[tuple[str, FileSpec]], workers: int = 4) -> list[Outcome]:
         """Fetch every (folder, spec); the outcomes come back in the order of `jobs`."""
+        for folder, spec in jobs:
+            self._planned.setdefault(folder, set()).add(spec.path)
         if workers <= 1 or len(jobs) <= 1:
-            return [self.fetch(folder, spec) for folder, spec in jobs]
+            try:
+                return [self.fetch(folder, spec) for folder, spec in jobs]
+            except BaseException:
+                self.stop()
+                raise
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch")
         try:
             futures = [pool.submit(self.fetch, folder, spec) for folder, spec in jobs]
             return [future.result() for future in futures]
         except BaseException:
-            # Ctrl-C (or a bug): the running downloads stop at their next block, keeping their
+            # Ctrl-C, SIGTERM (or a bug): the running downloads are cut at once, keeping their
             # partial files for the next run; the queued ones never start.
-            self.stopping.set()
+            self.stop()
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -285,9 +553,15 @@ class Downloader:
         failure of this file: it is the outcome's one-line message."""
         outcome = Outcome(folder, spec.path, "skipped")
         try:
+            if self.stopping.is_set():
+                raise _Interrupted(f"{spec.path}: not started (stopped)")
             self._fetch(folder, spec, outcome)
             if spec.extract is not None:
                 self._extract(folder, spec, outcome)
+        except _Interrupted as err:
+            outcome.status, outcome.message = "interrupted", str(err)
+        except extraction.Interrupted:
+            outcome.status, outcome.message = "interrupted", f"{spec.path}: extraction stopped"
         except FetchError as err:
             outcome.status, outcome.message = "failed", str(err)
         except extraction.UnsafeArchive as err:
@@ -306,19 +580,33 @@ class Downloader:
         part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
         return dest, part
 
-    def _check_destination(self, folder: str, dest: str, spec: FileSpec) -> None:
-        """Refuse a destination reached through a link out of `folder` (judged on the nearest
-        folder that exists, so nothing is created outside first) or that is itself a link."""
+    def _check_inside(self, folder: str, path: str, label: str) -> None:
+        """Refuse a path reached through a link out of `folder` (judged on the nearest folder
+        that exists, so nothing is created outside first)."""
         real_folder = os.path.realpath(folder)
-        parent = os.path.dirname(dest)
+        parent = os.path.dirname(path)
         while not os.path.lexists(parent) and len(parent) > len(folder):
             parent = os.path.dirname(parent)
         parent = os.path.realpath(parent)
         if os.path.commonpath([parent, real_folder]) != real_folder:
-            raise FetchError(f"{spec.path}: its folder resolves outside {folder} (a link on the "
+            raise FetchError(f"{label}: its folder resolves outside {folder} (a link on the "
                              f"way); not written")
+
+    def _check_destination(self, folder: str, dest: str, spec: FileSpec) -> None:
+        """Refuse a destination reached through a link out of `folder` or that is itself a
+        link; the same for the partial file's folder."""
+        self._check_inside(folder, dest, spec.path)
         if os.path.islink(dest):
             raise FetchError(f"{spec.path} is a symbolic link; not replaced")
+        _, part = self._paths(folder, spec)
+        self._check_inside(folder, part, f"{spec.path}: fetch's partial file")
+
+    def _make_folder(self, path: str, spec: FileSpec) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise FetchError(f"{spec.path}: cannot make the folder {path}: a file is in the "
+                             f"way") from None
 
     def _fetch(self, folder: str, spec: FileSpec, outcome: Outcome) -> None:
         dest, part = self._paths(folder, spec)
@@ -329,7 +617,7 @@ class Downloader:
                 outcome.message = "already extracted (archive removed)"
                 return
         self._check_destination(folder, dest, spec)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        self._make_folder(os.path.dirname(dest), spec)
         if os.path.lexists(dest):
             verdict = self._verify_present(folder, spec, dest, part, state)
             if verdict is None:
@@ -337,12 +625,13 @@ class Downloader:
                 return
             outcome.message = verdict
         attempts = 1 + max(0, self.retries)
+        failed = 0
         restarted = False
-        for attempt in range(attempts):
+        while True:
             try:
                 digests, outcome.resumed_from, received = self._download(spec, part)
                 outcome.bytes += received
-            except _Restart:
+            except _Restart:  # not an attempt of its own: the same request from zero
                 self._remove(part)
                 if restarted:
                     raise FetchError(f"{spec.path}: the server cannot continue the partial "
@@ -350,9 +639,11 @@ class Downloader:
                 restarted = True
                 continue
             except _Transient as err:
-                if attempt + 1 >= attempts:
+                failed += 1
+                if failed >= attempts:
                     raise FetchError(f"{err} (run fetch again to resume)") from None
-                time.sleep(self.retry_wait * (2 ** attempt))
+                if self.stopping.wait(self.retry_wait * (2 ** (failed - 1))):
+                    raise _Interrupted(f"{spec.path}: stopped before retrying") from None
                 continue
             problem = _mismatch(spec, digests, digests.declared)
             if problem:
@@ -360,15 +651,20 @@ class Downloader:
                 if outcome.resumed_from and not restarted:
                     restarted = True  # the kept prefix may belong to another file: once more
                     continue
-                raise FetchError(f"{spec.path}: {problem} (the download was removed)")
+                raise FetchError(f"{spec.path}: {problem}{digests.note} (the download was "
+                                 f"removed)")
             self._check_destination(folder, dest, spec)
             os.replace(part, dest)
             self._remember(state, spec, dest, digests)
             outcome.status = "fetched"
             return
-        raise FetchError(f"{spec.path}: no complete download after {attempts} attempts")
 
     def _matches_pins(self, spec: FileSpec, record: dict) -> bool:
+        """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
+        no digest is pinned, its URL is the one fetched (a record-only file's identity: a
+        manifest naming another commit's archive names another file)."""
+        if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+            return False
         return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
                    if getattr(spec, k) is not None)
 
@@ -383,17 +679,20 @@ class Downloader:
         again, after moving a possibly-truncated copy to the partial path to resume from."""
         st = os.stat(dest, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
-            raise FetchError(f"{spec.path} exists and is not a regular file; not replaced")
+            raise FetchError(f"{spec.path} exists and is {file_kind(st.st_mode)}; not replaced")
         record = state.get("files", spec.path)
         if (record and not self.rehash and record.get("size") == st.st_size
                 and record.get("mtime_ns") == st.st_mtime_ns
                 and self._matches_pins(spec, record)
                 and (spec.md5 is None or record.get("md5"))):
             return None
+        if record and not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+            self._remove(dest)  # fetched from another URL: another file, whatever its size
+            return "fetched from another URL before: fetching again"
         if spec.size is not None and st.st_size != spec.size:
             reason = f"size {st.st_size} bytes, the manifest pins {spec.size}"
             if st.st_size < spec.size:
-                self._to_partial(dest, part)
+                self._to_partial(dest, part, spec)
                 return f"{reason}: resuming"
             self._remove(dest)
             return f"{reason}: fetching again"
@@ -402,14 +701,15 @@ class Downloader:
             declared, total = self._probe(spec)
             if total is not None and st.st_size != total:
                 if st.st_size < total:
-                    self._to_partial(dest, part)
+                    self._to_partial(dest, part, spec)
                     return f"size {st.st_size} bytes, the server has {total}: resuming"
                 self._remove(dest)
                 return f"size {st.st_size} bytes, the server has {total}: fetching again"
             if total is None and not declared:
-                self._to_partial(dest, part)
+                self._to_partial(dest, part, spec)
                 return "cannot be verified (no pin, no size from the server): fetching again"
-        digests = _hash_file(dest, want_md5=bool(spec.md5 or "md5" in declared))
+        digests = _hash_file(dest, want_md5=bool(spec.md5 or "md5" in declared),
+                             stopping=self.stopping)
         problem = _mismatch(spec, digests, declared)
         if problem:
             self._remove(dest)
@@ -420,22 +720,34 @@ class Downloader:
     def _probe(self, spec: FileSpec) -> tuple[dict, int | None]:
         """What the server says of the whole file without sending it: (declared digests,
         size), from a HEAD request; ({}, None) when it says nothing usable."""
-        try:
-            response = self.session().head(self.url(spec), allow_redirects=True,
-                                           timeout=self.timeout)
-        except requests.RequestException:
+        with self._guarded():
+            try:
+                response = self.session().head(self.url(spec), allow_redirects=True,
+                                               timeout=self.timeout)
+            except (requests.RequestException, ValueError):  # ValueError: see _download
+                response = None
+        if self.stopping.is_set():
+            raise _Interrupted(f"{spec.path}: stopped while asking the server")
+        if response is None or response.status_code != 200 or \
+                downgrade([*response.history, response]):
             return {}, None
-        if response.status_code != 200:
-            return {}, None
-        length = response.headers.get("Content-Length")
-        total = int(length) if length and length.isdigit() else None
+        total = header_number(response.headers.get("Content-Length"))
         return declared_digests([*response.history, response]), total
 
-    def _to_partial(self, dest: str, part: str) -> None:
-        os.makedirs(os.path.dirname(part), exist_ok=True)
+    def _to_partial(self, dest: str, part: str, spec: FileSpec) -> None:
+        self._make_folder(os.path.dirname(part), spec)
         if os.path.lexists(part):
-            os.remove(part)
+            self._remove_partial(part)
         os.replace(dest, part)
+
+    def _remove_partial(self, part: str) -> None:
+        """Remove a partial file of fetch's; anything else in its place is named, not
+        removed."""
+        st = os.lstat(part)
+        if not stat.S_ISREG(st.st_mode):
+            raise FetchError(f"{part} is {file_kind(st.st_mode)}, not a partial download of "
+                             f"fetch; remove it")
+        os.remove(part)
 
     @staticmethod
     def _remove(path: str) -> None:
@@ -447,89 +759,160 @@ class Downloader:
     def _download(self, spec: FileSpec, part: str) -> tuple[_Digests, int, int]:
         """Fetch the rest of `part` (all of it when absent); returns (digests of the whole
         file, the offset resumed from, bytes received)."""
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        if os.path.islink(part):
-            os.remove(part)
-        offset = os.path.getsize(part) if os.path.exists(part) else 0
+        self._make_folder(os.path.dirname(part), spec)
+        offset = 0
+        if os.path.lexists(part):
+            st = os.lstat(part)
+            if not stat.S_ISREG(st.st_mode):  # a link is not followed, a FIFO never opened
+                raise FetchError(f"{spec.path}: {part} is {file_kind(st.st_mode)}, not a partial "
+                                 f"download of fetch; remove it")
+            offset = st.st_size
+            if offset > (spec.size if spec.size is not None else spec.max_bytes):
+                os.remove(part)  # longer than the file can be: not a prefix of it
+                offset = 0
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         url = self.url(spec)
-        try:
-            response = self.session().get(url, headers=headers, stream=True,
-                                          timeout=self.timeout, allow_redirects=True)
-        except requests.Timeout:
-            raise _Transient(f"{spec.path}: timed out after {self.timeout:g} s ({url})") from None
-        except requests.RequestException as err:
-            raise _Transient(f"{spec.path}: cannot connect ({_short(err)}; {url})") from None
-        with response:
-            declared = declared_digests([*response.history, response])
-            status = response.status_code
-            if status == 416 and offset:
-                _, total = _content_range(response.headers.get("Content-Range"))
-                if total == offset:  # the partial is already the whole file
-                    digests = _hash_file(part, want_md5=bool(spec.md5 or "md5" in declared))
-                    digests.declared = declared
-                    return digests, offset, 0
-                raise _Restart()
-            if status == 206 and offset:
-                start, total = _content_range(response.headers.get("Content-Range"))
-                if start != offset:
-                    raise _Restart()
-            elif status == 200:
-                offset, total = 0, None
-                length = response.headers.get("Content-Length")
-                if length and length.isdigit():
-                    total = int(length)
-            elif status in (429,) or status >= 500:
-                raise _Transient(f"{spec.path}: HTTP {status} {response.reason} ({url})")
-            else:
-                raise FetchError(f"{spec.path}: HTTP {status} {response.reason} ({url})")
-            if spec.size is not None and total is not None and total != spec.size:
-                raise FetchError(f"{spec.path}: the server has {total} bytes, the manifest pins "
-                                 f"{spec.size} ({url})")
-            expected = spec.size if spec.size is not None else total
-            if expected is not None:
-                self.on_total(expected - offset)  # the progress bar's total grows per download
-            return self._receive(spec, part, response, offset, expected, declared, url)
+        with self._guarded() as guard:
+            try:
+                response = self.session().get(url, headers=headers, stream=True,
+                                              timeout=self.timeout, allow_redirects=True)
+            except requests.TooManyRedirects:
+                raise FetchError(f"{spec.path}: too many redirects (more than 30; {url})") \
+                    from None
+            except (requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL,
+                    requests.exceptions.MissingSchema) as err:
+                raise FetchError(f"{spec.path}: redirected to a URL that is not http(s) "
+                                 f"({_short(err)}; {url})") from None
+            except requests.Timeout:
+                if guard.reason:
+                    raise guard.failure(spec.path, offset) from None
+                raise _Transient(f"{spec.path}: timed out after {self.timeout:g} s ({url})") \
+                    from None
+            except requests.RequestException as err:
+                if guard.reason:
+                    raise guard.failure(spec.path, offset) from None
+                raise _Transient(f"{spec.path}: cannot connect ({_short(err)}; {url})") \
+                    from None
+            except ValueError as err:  # requests decodes a Location header as UTF-8, strictly
+                raise FetchError(f"{spec.path}: the server's answer cannot be followed "
+                                 f"({type(err).__name__}: {_short(err)}; {url})") from None
+            with response:
+                return self._answer(spec, part, response, offset, url, guard)
 
-    def _receive(self, spec, part, response, offset, expected, declared, url):
+    def _answer(self, spec, part, response, offset, url, guard):
+        """Judge the response's status and headers, then receive its body."""
+        chain = [*response.history, response]
+        declared = declared_digests(chain)
+        status = response.status_code
+        lowered = downgrade(chain)
+        if lowered:
+            raise FetchError(f"{spec.path}: redirected from https down to http ({lowered}); "
+                             f"not fetched")
+        if status == 416 and offset:
+            _, total = content_range(response.headers.get("Content-Range"))
+            if total == offset:  # the partial is already the whole file
+                digests = _hash_file(part, want_md5=bool(spec.md5 or "md5" in declared),
+                                     stopping=self.stopping)
+                digests.declared = declared
+                return digests, offset, 0
+            raise _Restart()
+        if status == 206 and offset:
+            start, total = content_range(response.headers.get("Content-Range"))
+            if start != offset:
+                raise _Restart()
+        elif status == 200:
+            offset, total = 0, header_number(response.headers.get("Content-Length"))
+        elif status in (429,) or status >= 500:
+            raise _Transient(f"{spec.path}: HTTP {status} {response.reason} ({url})")
+        else:
+            raise FetchError(f"{spec.path}: HTTP {status} {response.reason} ({url})")
+        kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind == "text/html" and not spec.path.lower().endswith(HTML_SUFFIXES):
+            raise FetchError(f"{spec.path}: the server answered an HTML page (Content-Type: "
+                             f"text/html), not the file ({url}); not kept")
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        note = ""
+        if encoding not in ("", "identity"):
+            note = f" (the server sent it with Content-Encoding: {encoding})"
+            if not (spec.pinned or declared):
+                raise FetchError(f"{spec.path}: the server sent it with Content-Encoding: "
+                                 f"{encoding}, though asked not to, and nothing pins the file, "
+                                 f"so which bytes are the file cannot be told ({url}); not kept")
+        if spec.size is not None and total is not None and total != spec.size:
+            raise FetchError(f"{spec.path}: the server has {total} bytes, the manifest pins "
+                             f"{spec.size}{note} ({url})")
+        expected = spec.size if spec.size is not None else total
+        if expected is None and not getattr(response.raw, "chunked", False) and \
+                not (spec.md5 or spec.sha256 or declared):
+            raise FetchError(f"{spec.path}: the server sent no length (neither Content-Length "
+                             f"nor chunked encoding) and nothing pins the file, so a cut "
+                             f"connection cannot be told from its end ({url}); not kept")
+        if expected is not None:
+            self.on_total(expected - offset)  # the progress bar's total grows per download
+        digests, offset, received = self._receive(spec, part, response, offset, expected,
+                                                  declared, url, guard)
+        digests.note = note
+        return digests, offset, received
+
+    def _receive(self, spec, part, response, offset, expected, declared, url, guard):
         want_md5 = bool(spec.md5 or "md5" in declared)
         sha, md5 = hashlib.sha256(), hashlib.md5() if want_md5 else None
         if offset:  # the kept prefix is read once, so the digests cover the whole file
-            fd = os.open(part, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as handle:
+            with _open_regular(part, os.O_RDONLY) as handle:
                 for block in iter(lambda: handle.read(CHUNK), b""):
                     sha.update(block)
                     if md5 is not None:
                         md5.update(block)
         cap = expected if expected is not None else spec.max_bytes
         received = 0
-        mode = "ab" if offset else "wb"
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if offset else os.O_TRUNC)
+        oversent = False
+        read = getattr(response.raw, "read1", None) or response.raw.read  # urllib3 < 2.1
         try:
-            with open(part, mode) as out:
-                for block in response.raw.stream(CHUNK, decode_content=False):
-                    if self.stopping.is_set():
-                        raise FetchError(f"{spec.path}: interrupted after {offset + received} "
-                                         f"bytes (kept, to resume)")
+            with _open_regular(part, flags) as out:
+                while True:
+                    # read1: what the socket has (at most CHUNK), so progress is counted as it
+                    # comes and a cut connection ends the read at once
+                    block = read(CHUNK, decode_content=False)
+                    if not block:
+                        break
+                    guard.count(len(block))
                     if offset + received + len(block) > cap:
+                        oversent = True
                         raise FetchError(f"{spec.path}: the server sent more than "
-                                         f"{cap} bytes ({url}); stopped")
+                                         f"{cap} bytes ({url}); stopped, nothing kept")
                     out.write(block)
                     sha.update(block)
                     if md5 is not None:
                         md5.update(block)
                     received += len(block)
                     self.on_bytes(len(block))
+                    if guard.reason:
+                        break
         except (requests.RequestException, urllib3.exceptions.HTTPError) as err:
             if expected is not None:  # what will not come in this attempt leaves the total
                 self.on_total(-(expected - offset - received))
             got = offset + received
+            if guard.reason:
+                raise guard.failure(spec.path, got) from None
             of = f" of {expected}" if expected is not None else ""
             reason = _short(err)
             why = "" if reason.startswith(("IncompleteRead", "Connection broken")) \
                 else f" ({reason})"  # a cut stream: the byte counts say it all
             raise _Transient(f"{spec.path}: connection lost after {got}{of} bytes{why}") \
                 from None
+        except OSError as err:  # writing the partial file: a full disk
+            raise FetchError(f"{spec.path}: {err.strerror or err} (errno {err.errno}) writing "
+                             f"{part}; the {offset + received} bytes received are kept to "
+                             f"resume") from None
+        finally:
+            if oversent:
+                self._remove(part)
         size = offset + received
+        if guard.reason:  # cut by the monitor at a block boundary (or a close-delimited body)
+            if expected is not None:
+                self.on_total(-(expected - size))
+            raise guard.failure(spec.path, size)
         if expected is not None and size < expected:
             self.on_total(-(expected - size))
             raise _Transient(f"{spec.path}: connection closed after {size} of {expected} bytes")
@@ -537,6 +920,19 @@ class Downloader:
                         declared), offset, received
 
     # ---- extraction ----------------------------------------------------------------------
+
+    def _protected(self, folder: str, spec: FileSpec) -> set[tuple[str, ...]]:
+        """The paths, relative to the extraction target, no member may write: fetch's own
+        names at the folder's top and every file fetched into the folder (the archive itself
+        included)."""
+        into = tuple(p for p in spec.extract.into.split("/") if p not in ("", "."))
+        tops = {(name,) for name in self.reserved}
+        paths = {tuple(p.split("/")) for p in self._planned.get(folder, set()) | {spec.path}}
+        out = set()
+        for path in tops | paths:
+            if path[:len(into)] == into and len(path) > len(into):
+                out.add(path[len(into):])
+        return out
 
     def _extract(self, folder: str, spec: FileSpec, outcome: Outcome) -> None:
         """Extract the (verified) archive unless this very archive was extracted before."""
@@ -551,10 +947,13 @@ class Downloader:
             self._maybe_remove_archive(state, spec, dest, done)
             return
         target = os.path.join(folder, *[p for p in spec.extract.into.split("/") if p])
+        self._check_inside(folder, os.path.join(target, "x"), f"{spec.path}: extraction")
         files, size = extraction.extract(dest, target,
                                          strip_components=spec.extract.strip_components,
-                                         limits=spec.extract.limits)
-        done = {"into": spec.extract.into, "files": files, "bytes": size,
+                                         limits=spec.extract.limits,
+                                         protected=self._protected(folder, spec),
+                                         should_stop=self.stopping.is_set)
+        done = {"into": spec.extract.into, "files": files, "bytes": size, "url": spec.url,
                 "size": record.get("size") if record else os.path.getsize(dest),
                 "sha256": record.get("sha256") if record else None,
                 "md5": record.get("md5") if record else None}

@@ -215,10 +215,10 @@ def remove(url: str) -> None:
 
 
 def sha256(url: str) -> str:
-    """SHA-256 of a file, streamed in 1 MiB blocks (archives can be gigabytes)."""
-    fs, path = filesystem(url)
+    """SHA-256 of a file, streamed in 1 MiB blocks (archives can be gigabytes); a local one must
+    be a regular file (`open_source`: a FIFO is never opened for reading)."""
     digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
+    with open_source(url) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -266,3 +266,23 @@ def copy_atomic(source: str, target: str) -> None:
     except BaseException:
         _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
         raise
+
+
+def numbered_lines(handle, limit: int):
+    """(line number, the line's bytes) of a binary file, or (number, None) for a line over
+    `limit` bytes, whose rest is skipped a block at a time: memory never holds more than
+    `limit` bytes of a line, whatever the file holds."""
+    number = 0
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:
+                rest = handle.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield number, None
+        else:
+            yield number, line

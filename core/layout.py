@@ -35,6 +35,9 @@ CARD = "README.md"
 LOCK = ".build.lock"
 UPSTREAM_DIR = "upstream"
 UPSTREAM_SUFFIX = "_preprocessed.jsonl"
+# Beside an export's JSONL files: what the build was (its stand-ins), so that an import of the
+# export (or of `publish --with_upstream`'s copy) cannot pass it off as the upstream release.
+EXPORT_MARKER = "proactivebench_builder_export.json"
 TEMPORARY_PREFIX = ".tmp-"   # a file being written; no glob of the card matches it
 # The whole name `fileio.temporary_name` gives one: prefix, run token, pid, counter, final name
 # (a user's own `.tmp-notes.txt` does not match it).

@@ -21,8 +21,18 @@ merge of two sorted streams and memory does not grow with the number of files (I
 What is walked: everything under the folder except, at its top, the lock itself and fetch's
 bookkeeping (`.proactivebench-fetch/`). Links are never followed (a symbolic link is recorded
 and compared by its target text, so nothing outside the folder is read); a FIFO, socket or
-device is a problem, never opened. Local folders are walked with `os.scandir`; other fsspec URLs
-(gs://, s3://, memory://), which have no links, through fsspec.
+device is a problem, never opened; a folder that cannot be listed (too deep a path, removed
+while walked) is a problem, never a traceback. Local folders are walked with `os.scandir`, one
+level at a time (no recursion: a thousand nested folders are fine); other fsspec URLs (gs://,
+s3://, memory://), which have no links, through fsspec. A file name that is not UTF-8 (kept by
+Python as surrogate escapes) is written with JSON's \\u escapes, so it reads back the same.
+
+Reading a lock is as careful as reading any source: the file must be a regular file (a link,
+a FIFO, a folder is a problem, never opened or followed), a line longer than `MAX_LINE` bytes
+is a problem (memory never follows what the file holds), every line must be exactly a header,
+a file entry {path, size, sha256}, a link entry {path, symlink} or the end line, paths are
+relative without `..` (they name nothing outside the folder; only what the walk finds is ever
+opened), and the header names the scenario the lock was recorded for.
 
 This module imports nothing of the project but fetch's folder name (it is part of the core)."""
 from __future__ import annotations
@@ -30,16 +40,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 
-from proactivebench_builder.core.download import STATE_DIR
+import fsspec
+
+from proactivebench_builder.core import fileio
+from proactivebench_builder.core.download import STATE_DIR, file_kind
 
 LOCK_NAME = ".proactivebench-lock.jsonl"
 FORMAT = "proactivebench-source-lock"
 VERSION = 1
 CHUNK = 1 << 20
 MAX_LINES = 20  # problems listed per folder; the rest are counted
+MAX_LINE = 1 << 20  # bytes in one line of a lock (a path and a link's text: a few kB at most)
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class LockError(Exception):
@@ -49,9 +65,9 @@ class LockError(Exception):
 @dataclass(frozen=True)
 class Entry:
     parts: tuple[str, ...]
-    kind: str                # "file", "symlink" or "special"
+    kind: str                # "file", "symlink", "special" or "unreadable"
     size: int = 0
-    target: str | None = None
+    target: str | None = None  # a link's text; why an "unreadable" entry could not be read
     location: str = ""       # local path or fsspec path, to open the file
 
     @property
@@ -84,29 +100,48 @@ def walk(root: str):
     if _is_remote(root):
         yield from _walk_remote(root)
     else:
-        yield from _walk_local(_local(root), ())
+        yield from _walk_local(_local(root))
 
 
-def _walk_local(folder: str, prefix: tuple[str, ...]):
+def _listing(folder: str):
+    """The entries of `folder`, sorted by name."""
     with os.scandir(folder) as listing:
-        entries = sorted(listing, key=lambda e: e.name)
-    for entry in entries:
+        return iter(sorted(listing, key=lambda e: e.name))
+
+
+def _walk_local(root: str):
+    """Depth first, each folder's entries sorted, with a stack of listings (no recursion)."""
+    try:
+        stack = [((), _listing(root))]
+    except OSError as err:
+        yield Entry((), "unreadable", target=err.strerror or str(err), location=root)
+        return
+    while stack:
+        prefix, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
         parts = prefix + (entry.name,)
         if _skipped(parts):
             continue
-        if entry.is_symlink():
-            yield Entry(parts, "symlink", target=os.readlink(entry.path), location=entry.path)
-        elif entry.is_dir(follow_symlinks=False):
-            yield from _walk_local(entry.path, parts)
-        elif entry.is_file(follow_symlinks=False):
-            size = entry.stat(follow_symlinks=False).st_size
-            yield Entry(parts, "file", size=size, location=entry.path)
-        else:
-            yield Entry(parts, "special", location=entry.path)
+        try:
+            if entry.is_symlink():
+                yield Entry(parts, "symlink", target=os.readlink(entry.path),
+                            location=entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append((parts, _listing(entry.path)))
+            elif entry.is_file(follow_symlinks=False):
+                size = entry.stat(follow_symlinks=False).st_size
+                yield Entry(parts, "file", size=size, location=entry.path)
+            else:
+                yield Entry(parts, "special", location=entry.path)
+        except OSError as err:  # too deep a path, removed while walked, unreadable
+            yield Entry(parts, "unreadable", target=err.strerror or str(err),
+                        location=entry.path)
 
 
 def _walk_remote(root: str):
-    import fsspec
 
     fs, base = fsspec.core.url_to_fs(root)
 
@@ -133,7 +168,6 @@ def _hashes(root: str, entry: Entry, want_md5: bool = False) -> tuple[str, str |
     sha, md5 = hashlib.sha256(), hashlib.md5() if want_md5 else None
     size = 0
     if _is_remote(root):
-        import fsspec
 
         fs, _ = fsspec.core.url_to_fs(root)
         handle = fs.open(entry.location, "rb")
@@ -172,6 +206,9 @@ def record(root: str, scenario: str, pins: dict[str, dict] | None = None
             if entry.kind == "special":
                 problems.add(f"{entry.path}: not a regular file, folder or link")
                 continue
+            if entry.kind == "unreadable":
+                problems.add(_unreadable(entry))
+                continue
             if entry.kind == "symlink":
                 out.write(_line({"path": entry.path, "symlink": entry.target}))
                 continue
@@ -197,8 +234,19 @@ def record(root: str, scenario: str, pins: dict[str, dict] | None = None
     return problems.lines(), files, total
 
 
-def _line(obj: dict) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+def _line(obj: dict) -> bytes:
+    """One line of the lock, UTF-8; a name that is not UTF-8 (surrogate escapes) is written
+    with JSON's \\u escapes instead, which read back as the same name."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(obj, separators=(", ", ": ")) + "\n").encode("ascii")
+
+
+def _unreadable(entry: Entry) -> str:
+    what = "cannot be listed or read" if entry.parts else "cannot be listed"
+    return f"{entry.path or '.'}: {what}: {entry.target}"
 
 
 class _Writer:
@@ -213,7 +261,6 @@ class _Writer:
 
     def __enter__(self):
         if _is_remote(self.root):
-            import fsspec
 
             self.fs, self.tmp_path = fsspec.core.url_to_fs(self.tmp)
             _, self.target_path = fsspec.core.url_to_fs(self.target)
@@ -223,22 +270,33 @@ class _Writer:
             self.handle = open(self.tmp_path, "wb")
         return self
 
-    def write(self, text: str) -> None:
-        self.handle.write(text.encode("utf-8"))
+    def write(self, line: bytes) -> None:
+        self.handle.write(line)
 
     def __exit__(self, kind, value, tb):
-        self.handle.close()
         keep = self.keep and kind is None
-        if self.fs is not None:
-            self.fs.mv(self.tmp_path, self.target_path) if keep else self.fs.rm(self.tmp_path)
-        elif keep:
-            os.replace(self.tmp_path, self.target_path)
-        else:
-            try:
-                os.remove(self.tmp_path)
-            except OSError:
-                pass
+        try:
+            self.handle.close()  # a full disk may say so only now
+            if keep:
+                if self.fs is not None:
+                    self.fs.mv(self.tmp_path, self.target_path)
+                else:
+                    os.replace(self.tmp_path, self.target_path)
+                return False
+        except BaseException:
+            self._remove_tmp()
+            raise
+        self._remove_tmp()
         return False
+
+    def _remove_tmp(self) -> None:
+        try:
+            if self.fs is not None:
+                self.fs.rm(self.tmp_path)
+            else:
+                os.remove(self.tmp_path)
+        except (OSError, FileNotFoundError):
+            pass
 
 
 # ---- comparing -----------------------------------------------------------------------------
@@ -246,23 +304,29 @@ class _Writer:
 
 def exists(root: str) -> bool:
     if _is_remote(root):
-        import fsspec
 
         fs, path = fsspec.core.url_to_fs(lock_path(root))
         return fs.isfile(path)
     return os.path.lexists(_local(lock_path(root)))
 
 
-def compare(root: str) -> list[str]:
+def compare(root: str, scenario: str | None = None) -> list[str]:
     """Every difference between `root` and its lock ([] when they agree): files missing, added,
-    resized or changed, links changed. At most MAX_LINES are listed, then a count."""
+    resized or changed, links changed; with `scenario`, a lock recorded for another scenario.
+    At most MAX_LINES are listed, then a count."""
     problems = _Problems()
     try:
-        locked = _read_lock(root)
+        locked = _read_lock(root, scenario)
         on_disk = walk(root)
         want, have = next(locked, None), next(on_disk, None)
         while want is not None or have is not None:
-            if have is None or (want is not None and want[0] < have.parts):
+            if have is not None and have.kind == "unreadable":
+                problems.add(_unreadable(have))
+                # what the lock holds under it cannot be compared: said once, above
+                while want is not None and want[0][:len(have.parts)] == have.parts:
+                    want = next(locked, None)
+                have = next(on_disk, None)
+            elif have is None or (want is not None and want[0] < have.parts):
                 problems.add(f"missing: {'/'.join(want[0])} (in the lock)")
                 want = next(locked, None)
             elif want is None or have.parts < want[0]:
@@ -285,13 +349,15 @@ def compare(root: str) -> list[str]:
 def _compare_one(root: str, locked: dict, entry: Entry) -> str | None:
     if "symlink" in locked:
         if entry.kind != "symlink":
-            return f"changed: {entry.path} was a link, is now a {entry.kind}"
+            now = "a file" if entry.kind == "file" else "not a regular file, folder or link"
+            return f"changed: {entry.path} was a link, is now {now}"
         if entry.target != locked["symlink"]:
             return f"changed: link {entry.path} now points to {entry.target!r} " \
                    f"(locked: {locked['symlink']!r})"
         return None
     if entry.kind != "file":
-        return f"changed: {entry.path} was a file, is now a {entry.kind}"
+        now = "a link" if entry.kind == "symlink" else "not a regular file, folder or link"
+        return f"changed: {entry.path} was a file, is now {now}"
     if entry.size != locked["size"]:
         return f"changed: {entry.path} has {entry.size} bytes (locked: {locked['size']})"
     try:
@@ -303,36 +369,47 @@ def _compare_one(root: str, locked: dict, entry: Entry) -> str | None:
     return None
 
 
-def _read_lock(root: str):
-    """(parts, entry) per locked path, checking the header, the order and the end line."""
+def _open_lock(root: str):
     if _is_remote(root):
-        import fsspec
 
         fs, path = fsspec.core.url_to_fs(lock_path(root))
-        handle = fs.open(path, "rb")
-    else:
-        path = _local(lock_path(root))
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise LockError("not a regular file")
-        handle = open(path, "rb")
-    with handle:
+        return fs.open(path, "rb")
+    path = _local(lock_path(root))
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):  # a link is not followed, a FIFO never opened
+        raise LockError(f"not a regular file: {file_kind(mode)}")
+    try:
+        return fileio.open_local_regular(path)
+    except OSError as err:  # changed since the lstat, unreadable
+        raise LockError(f"{err.strerror or err}") from None
+
+
+def _lines(handle):
+    """(number, bytes) per line, each at most MAX_LINE bytes (memory never follows the file)."""
+    for number, raw in fileio.numbered_lines(handle, MAX_LINE):
+        if raw is None:
+            raise LockError(f"line {number} is longer than {MAX_LINE} bytes")
+        yield number, raw
+
+
+def _read_lock(root: str, scenario: str | None = None):
+    """(parts, entry) per locked path, checking the header, the order and the end line."""
+    with _open_lock(root) as handle:
         previous, files, total, ended = None, 0, 0, False
-        for number, raw in enumerate(handle, 1):
+        for number, raw in _lines(handle):
             try:
                 obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 raise LockError(f"line {number} is not JSON") from None
             if not isinstance(obj, dict):
                 raise LockError(f"line {number} is not an object")
             if number == 1:
-                if obj.get("format") != FORMAT or obj.get("version") != VERSION \
-                        or obj.get("algorithm") != "sha256":
-                    raise LockError(f"not a {FORMAT} version {VERSION} file")
+                _check_header(obj, scenario)
                 continue
             if ended:
                 raise LockError(f"line {number} follows the end line")
-            if obj.get("end") is True:
-                if obj.get("files") != files or obj.get("bytes") != total:
+            if "end" in obj:
+                if obj != {"end": True, "files": files, "bytes": total}:
                     raise LockError("its end line does not match its entries")
                 ended = True
                 continue
@@ -348,6 +425,15 @@ def _read_lock(root: str):
             raise LockError("truncated (no end line): record it again with --record")
 
 
+def _check_header(obj: dict, scenario: str | None) -> None:
+    version = obj.get("version")
+    if obj.get("format") != FORMAT or type(version) is not int or version != VERSION \
+            or obj.get("algorithm") != "sha256":
+        raise LockError(f"not a {FORMAT} version {VERSION} file")
+    if scenario is not None and obj.get("scenario") != scenario:
+        raise LockError(f"recorded for scenario {obj.get('scenario')!r}, not {scenario!r}")
+
+
 def _entry_parts(obj: dict, number: int) -> tuple[str, ...]:
     path = obj.get("path")
     if not isinstance(path, str) or not path:
@@ -355,13 +441,14 @@ def _entry_parts(obj: dict, number: int) -> tuple[str, ...]:
     parts = tuple(path.split("/"))
     if any(p in ("", ".", "..") for p in parts) or path.startswith("/"):
         raise LockError(f"line {number}: {path!r} is not a relative path")
-    if "symlink" in obj:
+    keys = set(obj)
+    if keys == {"path", "symlink"}:
         if not isinstance(obj["symlink"], str):
             raise LockError(f"line {number}: a link without its target")
-    elif not (isinstance(obj.get("size"), int) and not isinstance(obj.get("size"), bool)
-              and obj["size"] >= 0 and isinstance(obj.get("sha256"), str)
-              and len(obj["sha256"]) == 64):
-        raise LockError(f"line {number}: expected size and sha256")
+    elif not (keys == {"path", "size", "sha256"} and type(obj["size"]) is int
+              and obj["size"] >= 0 and isinstance(obj["sha256"], str)
+              and SHA256.fullmatch(obj["sha256"])):
+        raise LockError(f"line {number}: expected size and sha256 (or a link's text) only")
     return parts
 
 

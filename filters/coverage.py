@@ -161,6 +161,30 @@ def previous_pools(config: BuildConfig) -> dict[str, dict]:
     return pools
 
 
+def pool_setting_changes(config: BuildConfig) -> list[str]:
+    """What of the pool's settings differs between this build and the finished build ("ok")
+    in its output folder, for the scenarios this build makes: 'seed (0 there, 1 now)', ...
+    ([] without such a build). Predictions played on that folder's pool do not fit the pool
+    this build would make, and this build would replace it."""
+    build = _previous_report(config.output)
+    old, new = _mapping(build.get("stamp")), config.stamp
+    if build.get("status") != "ok" or not old:
+        return []
+    changes = [f"{key} ({old.get(key)!r} there, {new.get(key)!r} now)"
+               for key in ("seed", "origin") if old.get(key) != new.get(key)]
+    for name in sorted(config.scenarios):
+        if not _mapping(_mapping(build.get("scenarios")).get(name)).get("config"):
+            continue  # not in the folder's build: nothing of it to replace
+        before = _mapping(old.get("parameter_overrides")).get(name) or {}
+        now = new["parameter_overrides"].get(name) or {}
+        if before != now:
+            changes.append(f"{name}'s --set ({before!r} there, {now!r} now)")
+        source = _mapping(build.get("sources")).get(name)
+        if source is not None and source != config.sources.get(name):
+            changes.append(f"{name}'s source ({source} there, {config.sources.get(name)} now)")
+    return changes
+
+
 def _previous_report(output: str) -> dict:
     """The output folder's reports/build.json as a mapping, {} when it is absent or unusable
     (it is only a shortcut here: without it, the pool step checks)."""

@@ -25,13 +25,12 @@ import apache_beam as beam
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.config import KEEP_LIST, PREDICTIONS, BuildConfig, Selection
-from proactivebench_builder.core.manifests import load_data_file
+from proactivebench_builder.core.released import released_counts, released_kept_ids
 from proactivebench_builder.filters import coverage
 from proactivebench_builder.filters.predictions import (
     PredictionsError, closest_config_hint, read_input, read_predictions, sample_ref)
 
 RELEASED = "released"
-RELEASED_FILE = "released_keep_list.json"
 MAX_KEEP_LIST_BYTES = 64 << 20  # the released list is ~60 kB: ids of 7,557 samples
 
 
@@ -70,7 +69,7 @@ def load_keep_list(spec: str) -> dict[str, set[int]]:
     mapping config -> ids (or holding such a mapping under `kept_ids`); a KeepListError naming
     the file and what is wrong otherwise."""
     if spec == RELEASED:
-        data = load_data_file(RELEASED_FILE)
+        data = {config: sorted(ids) for config, ids in released_kept_ids().items()}
     else:
         raw = read_input(spec, "keep list", MAX_KEEP_LIST_BYTES, KeepListError)
         try:
@@ -115,18 +114,6 @@ def keep_list_problem(spec: str, kept: dict, configs: list[str],
                 "every sample of it would be dropped (list it, with [] to drop them all, or "
                 "leave it out with --scenarios)")
     return None
-
-
-def released_counts() -> dict[str, int]:
-    """config -> how many samples the published keep-list keeps (7,557 in all)."""
-    return {config: len(ids) for config, ids in load_keep_list(RELEASED).items()}
-
-
-def count_kept(config: str, records) -> int:
-    """How many samples the released keep-list keeps among `records` ((id, strong_occlusions)
-    pairs of one config): listed ids, each once, less the clips upstream's loader skips."""
-    listed = load_keep_list(RELEASED).get(config, set())
-    return len({i for i, strong in records if i in listed and strong is not False})
 
 
 def released_count_problem(config: str, kept: int, what: str = "keeps") -> str | None:

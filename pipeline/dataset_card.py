@@ -28,6 +28,10 @@ record semantics and carry their frames as images, so no loose files are needed.
 IMPORTED = INTRO + """ This copy was imported from the
 upstream release's own records (its `test/` folder) by the ProactiveBench builder; rows keep
 upstream's ids and texts and carry their frames as images, so no loose files are needed."""
+# an import of records in the upstream layout that are not the released split (see its stand-ins)
+IMPORTED_OTHER = INTRO + """ This copy was imported by the
+ProactiveBench builder from records in the upstream layout that are not the upstream release's
+test split (see "Not the benchmark" below); rows carry their frames as images."""
 
 
 def configs_block(configs: list[str], extra_configs: list[dict] | None = None,
@@ -57,16 +61,59 @@ def imported(stamp: dict) -> bool:
     return str(stamp.get("origin") or "").startswith("upstream")
 
 
+# What each kind of stand-in is called in a title or a one-line summary (build.json's
+# `stand_ins`: pipeline.commands.configure, pipeline.import_upstream).
+STAND_IN_WORDS = {
+    "builder_export": "a builder's export",
+    "miniature": "miniature sources",
+    "placeholders": "placeholder labels",
+    "unverified": "unverified sources",
+    "unfiltered": "an unfiltered pool",
+    "not_released_split": "records other than the released split",
+}
+
+
+def stand_in_kinds(stand_ins: dict[str, list[dict]]) -> list[str]:
+    """The kinds present, in the order of STAND_IN_WORDS (unknown kinds last, sorted)."""
+    kinds = {item["kind"] for items in stand_ins.values() for item in items}
+    order = list(STAND_IN_WORDS)
+    return sorted(kinds, key=lambda k: (order.index(k) if k in order else len(order), k))
+
+
+def stand_in_summary(found: dict) -> str:
+    """'miniature sources (changeit, coco); placeholder labels (mvpn, vsod)' (build.json's
+    `stand_ins`: scenario -> items)."""
+    by_kind: dict[str, list[str]] = {}
+    for name, items in sorted(found.items()):
+        for item in items:
+            by_kind.setdefault(item.get("kind", "?"), []).append(name)
+    return "; ".join(f"{STAND_IN_WORDS.get(k, k)} ({', '.join(sorted(set(v)))})"
+                     for k, v in sorted(by_kind.items()))
+
+
+def joined(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def title(stand_ins: dict[str, list[dict]], stamp: dict | None = None) -> str:
     """The card's name: it says when the build is not the benchmark, so that a toy build is
-    never taken for it (on the Hub the name is what people see first)."""
-    kinds = sorted({item["kind"] for items in stand_ins.values() for item in items})
+    never taken for it (on the Hub the name is what people see first). An import is "from the
+    upstream release" only without stand-ins: the released keep list applied (its counts
+    checked) to records that look like the release's."""
+    kinds = stand_in_kinds(stand_ins)
+    verb = "imported" if imported(stamp or {}) else "rebuilt"
     if not kinds:
-        return ("ProactiveBench (imported from the upstream release)" if imported(stamp or {})
+        return ("ProactiveBench (imported from the upstream release)" if verb == "imported"
                 else "ProactiveBench (rebuilt)")
-    words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
-    return ("ProactiveBench (rebuilt from " + " and ".join(words.get(k, k) for k in kinds)
-            + "; not the benchmark)")
+    return (f"ProactiveBench ({verb} from "
+            + joined([STAND_IN_WORDS.get(k, k) for k in kinds]) + "; not the benchmark)")
+
+
+def about(stand_ins: dict, stamp: dict) -> str:
+    if not imported(stamp):
+        return ABOUT
+    return IMPORTED if not stand_ins else IMPORTED_OTHER
 
 
 def front_matter(configs: list[str], licenses: list[str], extra_configs=None,
@@ -109,7 +156,7 @@ def render(report: dict, filters: dict, stamp: dict, extra_configs=None, train=N
     stand_ins = stand_ins_of({n: report[n] for n in names})
     name = title(stand_ins, stamp)
     lines = [front_matter(configs, licenses, extra_configs, files, name), f"# {name}", "",
-             IMPORTED if imported(stamp) else ABOUT, "", *stand_in_lines(stand_ins, manifests),
+             about(stand_ins, stamp), "", *stand_in_lines(stand_ins, manifests),
              "## Configs and sizes", "",
              "| config | unfiltered pool | test (after filtering) | filter |",
              "|---|---|---|---|"]

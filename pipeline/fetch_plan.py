@@ -8,6 +8,8 @@ Schema (every key but `files` optional; see any `source_manifests/<name>.yaml`, 
         - url: https://...          # https (or http, for hosts that serve nothing else)
           path: noise.tar           # where it goes, relative to the source folder
           size: 123                 # bytes, when published
+          approx_size: 21000000000  # or, when no byte count is published: an approximate
+                                    #     size (not a pin), for fetch's dry run and disk check
           md5: <32 hex>             # the publisher's digest(s) ...
           sha256: <64 hex>
           pins_from: https://...    # ... and the page or file that publishes them (required
@@ -43,11 +45,14 @@ from dataclasses import dataclass, field
 from proactivebench_builder.core import extract as extraction
 from proactivebench_builder.core.download import (
     MD5_PATTERN, SHA256_PATTERN, STATE_DIR, ExtractSpec, FileSpec)
+from proactivebench_builder.core.source_lock import LOCK_NAME
 
 SOURCES_ROOT_PLACEHOLDER = "<sources_root>"
-FILE_KEYS = {"url", "path", "size", "md5", "sha256", "pins_from", "record_only", "extract",
-             "train_only", "for_each"}
-RESERVED_NAMES = {STATE_DIR, ".proactivebench-lock.jsonl"}
+FILE_KEYS = {"url", "path", "size", "approx_size", "md5", "sha256", "pins_from", "record_only",
+             "extract", "train_only", "for_each"}
+# names at the top of a source folder that belong to fetch and the lock: no download, no
+# archive member may take them
+RESERVED_NAMES = (STATE_DIR, LOCK_NAME)
 
 
 class PlanError(ValueError):
@@ -60,6 +65,7 @@ class PlannedFile:
     train_only: bool = False
     pins_from: str | None = None
     record_only: str | None = None
+    approx_size: int | None = None  # bytes, approximate (never checked): sizes fetch foresees
 
 
 @dataclass
@@ -87,6 +93,8 @@ def plan(manifest: dict) -> SourcePlan:
     if section is None:
         return result
     where = f"manifest {name}.yaml: downloads"
+    # fetch writes into <sources_root>/<source_subdir>: it must stay inside the root
+    _check_relative(result.subdir, f"manifest {name}.yaml: source_subdir")
     if not isinstance(section, dict):
         raise PlanError(f"{where} is not a mapping")
     unknown = sorted(set(section) - {"files", "manual", "manual_list", "record_only"})
@@ -102,6 +110,10 @@ def plan(manifest: dict) -> SourcePlan:
                 raise PlanError(f"{where}: two files go to {planned.spec.path!r}")
             seen.add(planned.spec.path)
             result.files.append(planned)
+    folders = {"/".join(p.split("/")[:k]) for p in seen for k in range(1, p.count("/") + 1)}
+    both = sorted(seen & folders)
+    if both:
+        raise PlanError(f"{where}: {both[0]!r} is both a file and a folder of other files")
     manual = section.get("manual")
     if manual is not None and not (isinstance(manual, str) and manual.strip()):
         raise PlanError(f"{where}.manual is not a text")
@@ -191,13 +203,20 @@ def _expand(manifest: dict, entry, where: str) -> list[PlannedFile]:
 
 
 def _planned(entry: dict, url: str, path: str, where: str) -> PlannedFile:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.netloc:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. 'https://[::1/x': an IPv6 host without its ']'
+        parts = None
+    if parts is None or parts.scheme not in ("https", "http") or not parts.netloc:
         raise PlanError(f"{where}: url {url!r} is not an http(s) URL")
     _check_relative(path, f"{where}.path")
     size = entry.get("size")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
         raise PlanError(f"{where}: size {size!r} is not a positive byte count")
+    approx = entry.get("approx_size")
+    if approx is not None and (isinstance(approx, bool) or not isinstance(approx, int)
+                               or approx <= 0):
+        raise PlanError(f"{where}: approx_size {approx!r} is not a positive byte count")
     md5 = _digest(entry.get("md5"), MD5_PATTERN, "md5", where)
     sha256 = _digest(entry.get("sha256"), SHA256_PATTERN, "sha256", where)
     pins_from, record_only = entry.get("pins_from"), entry.get("record_only")
@@ -215,7 +234,7 @@ def _planned(entry: dict, url: str, path: str, where: str) -> PlannedFile:
         raise PlanError(f"{where}: train_only must be true or false")
     spec = FileSpec(url=url, path=path, size=size, md5=md5, sha256=sha256, extract=extract)
     return PlannedFile(spec, train_only, pins_from if pinned else None,
-                       record_only if isinstance(record_only, str) else None)
+                       record_only if isinstance(record_only, str) else None, approx)
 
 
 def _digest(value, pattern, kind: str, where: str) -> str | None:
@@ -230,7 +249,7 @@ def _digest(value, pattern, kind: str, where: str) -> str | None:
 def _check_relative(path: str, where: str) -> None:
     parts = path.split("/")
     if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts) \
-            or posixpath.normpath(path) != path:
+            or posixpath.normpath(path) != path or any(ord(c) < 32 or c == "\x7f" for c in path):
         raise PlanError(f"{where}: {path!r} is not a plain relative path")
     if parts[0] in RESERVED_NAMES:
         raise PlanError(f"{where}: {path!r} is reserved for fetch's own files")
@@ -263,7 +282,8 @@ def _check_manual_list(value, where: str) -> dict:
         raise PlanError(f"{where}.regex: {err}") from None
     try:
         value["line"].format(**{g: "" for g in groups})
-    except (KeyError, IndexError, ValueError):
-        raise PlanError(f"{where}.line uses a name the regex does not capture") from None
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        raise PlanError(f"{where}.line {value['line']!r} cannot be filled from the regex's "
+                        f"named groups") from None
     _check_relative(value["write"], f"{where}.write")
     return dict(value)

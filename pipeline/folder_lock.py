@@ -97,7 +97,7 @@ class BuildLock:
         return False
 
     def _lock_local(self) -> None:
-        import fcntl
+        import fcntl  # POSIX only: imported where a local lock is taken
 
         os.makedirs(fileio.local_path(self.output), exist_ok=True)
         fd = _open_lock_file(fileio.local_path(self.url))

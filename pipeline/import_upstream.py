@@ -6,6 +6,13 @@ contract, keeping upstream's `id`; frames are read from the image files the temp
 Records of the real release carry no `key`, `frame_ids` or `source`, so they are derived: the key
 from the config and id, the frame ids from how each upstream environment walks its frames.
 Our own export carries them, so export -> import gives back identical rows.
+
+What the folder is, decided in the driver before any work (`folder_stand_ins`): records of our
+own export (its marker file, `core.layout.EXPORT_MARKER`, or records carrying our `key` and
+`source` fields) or records holding a scenario's known placeholder answers (e.g. MVP-N's
+"Product 0041.") are not the release's, and the imported build says so in its `stand_ins`
+(carrying over those the export's marker lists), so that its card does not claim the release
+and `publish --repo_id` refuses it unless told.
 """
 from __future__ import annotations
 
@@ -21,12 +28,14 @@ import pyarrow as pa
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.core.layout import EXPORT_MARKER
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import (
     UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
+from proactivebench_builder.pipeline.dataset_card import STAND_IN_WORDS
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.spread import Spread
-from proactivebench_builder.transforms import behaviour_for_config, manifest_of
+from proactivebench_builder.transforms import behaviour_for_config, get_scenario, manifest_of
 
 # A record is about a kilobyte; a longer line is a dead letter, skipped unread.
 MAX_LINE_BYTES = 16 << 20
@@ -66,14 +75,116 @@ def record_ids(folder: str, config: str) -> list[tuple[int, object]]:
         raise ValueError(f"{url}: {size:,} bytes, far more than a released JSONL file "
                          f"(at most {MAX_DRIVER_JSONL_BYTES:,} bytes are read)")
     found = []
-    with fs.open(path, "rb") as handle:
-        for line in handle:
+    with fileio.open_source(url) as handle:  # a FIFO is refused, never waited on
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
             try:
                 record = json.loads(line)
-                found.append((int(record["id"]), record.get("strong_occlusions")))
-            except (ValueError, KeyError, TypeError):  # (json's errors are ValueErrors)
+            except (TypeError, ValueError, RecursionError):  # None (over-long), not JSON
                 continue
+            # an integer id only: 1.9, true or 1e400 are no record's id (the build makes
+            # such a line a dead letter)
+            if isinstance(record, dict) and type(record.get("id")) is int:
+                found.append((record["id"], record.get("strong_occlusions")))
     return found
+
+
+# Fields only our export writes (upstream's records have none of them).
+BUILDER_FIELDS = ("key", "source")
+BUILDER_KIND = "builder_export"  # the stand-in kind of records our export wrote
+MAX_MARKER_BYTES = 1 << 20  # the marker lists a few lines per config
+MAX_STAND_IN_CHARS = 400    # a stand-in's line (ours are ~300 characters at most)
+
+
+def folder_stand_ins(folder: str, config_to_scenario: dict[str, str]) -> dict[str, list[dict]]:
+    """scenario -> what in the imported records stands in for the benchmark's data: that they
+    come from our export (its marker, or our own fields in them), the stand-ins the marker
+    carries (what the exported build was), and the placeholder answers they hold.
+    `config_to_scenario`: the imported configs. Read in the driver, before any work (the JSONL
+    files are small: `record_ids` reads them too)."""
+    marker = read_marker(folder)
+    found = {}
+    for config, name in sorted(config_to_scenario.items()):
+        scan = scan_records(folder, config, get_scenario(name))
+        evidence = ([f"{EXPORT_MARKER} beside them"] if marker is not None else []) + (
+            [f"{scan['builder']:,} of {scan['records']:,} carry its own fields "
+             f"({', '.join(BUILDER_FIELDS)})"] if scan["builder"] else [])
+        items = [{"kind": BUILDER_KIND,
+                  "what": "records written by a ProactiveBench builder's upstream export ("
+                          + "; ".join(evidence) + "), not the upstream release's"}
+                 ] if evidence else []
+        items += [{"kind": item["kind"], "what": f"the exported build: {item['what']}"}
+                  for item in (marker or {}).get(config, []) if item["kind"] != BUILDER_KIND]
+        if scan["placeholders"]:
+            items.append({"kind": "placeholders", "what": (
+                f"{scan['placeholders']:,} of {scan['records']:,} records answer with a "
+                f"placeholder (e.g. {scan['example']!r}), not a label of the release")})
+        if items:
+            found[name] = items
+    return found
+
+
+def read_marker(folder: str) -> dict[str, list[dict]] | None:
+    """config -> stand-ins, as the folder's export marker lists them; None without a marker. A
+    marker that cannot be read still says the folder is an export: {} then."""
+    url = fileio.join(folder, EXPORT_MARKER)
+    if not fileio.exists(url):
+        return None
+    try:
+        listed = json.loads(fileio.read_bytes(url, limit=MAX_MARKER_BYTES)).get("stand_ins")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {str(config): [carried(item) for item in items if carried(item)]
+            for config, items in listed.items() if isinstance(items, list)}
+
+
+def carried(item) -> dict | None:
+    """A stand-in of the marker as the imported build records it: a known kind, and its text as
+    one line of at most MAX_STAND_IN_CHARS (the marker is the folder's, as untrusted as its
+    records; what it says goes into the card). None for anything else."""
+    if not (isinstance(item, dict) and item.get("kind") in STAND_IN_WORDS
+            and isinstance(item.get("what"), str)):
+        return None
+    what = " ".join(item["what"].split())
+    if len(what) > MAX_STAND_IN_CHARS:
+        what = what[:MAX_STAND_IN_CHARS - 3] + "..."
+    return {"kind": item["kind"], "what": what}
+
+
+def scan_records(folder: str, config: str, scenario_cls) -> dict:
+    """How many records of `<config>_preprocessed.jsonl` there are, how many carry our export's
+    own fields, and how many answer with one of the scenario's placeholders (with an example).
+    A line that is not a record is skipped here: the build makes it a dead letter."""
+    scan = {"records": 0, "builder": 0, "placeholders": 0, "example": None}
+    with fileio.open_source(fileio.join(folder, jsonl_name(config))) as handle:
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+            try:
+                record = json.loads(line)
+            except (TypeError, ValueError, RecursionError):  # (None: an over-long line)
+                continue
+            if not isinstance(record, dict):
+                continue
+            scan["records"] += 1
+            scan["builder"] += any(record.get(f) is not None for f in BUILDER_FIELDS)
+            if scenario_cls.is_placeholder_answer(record.get("answer")):
+                scan["placeholders"] += 1
+                scan["example"] = scan["example"] or record["answer"]
+    return scan
+
+
+def template_folder(folder: str, config: str) -> str | None:
+    """The folder the first record's image_template starts in (e.g. `MVP-N`), None when the
+    template names no folder or no line is a record."""
+    with fileio.open_source(fileio.join(folder, jsonl_name(config))) as handle:
+        for _, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+            try:
+                template = json.loads(line).get("image_template")
+            except (TypeError, ValueError, AttributeError, RecursionError):
+                continue
+            top, sep, _ = template.partition("/") if isinstance(template, str) else ("", "", "")
+            return top if sep and top not in ("", ".", "..") and "{" not in top else None
+    return None
 
 
 def fingerprint(folder: str, configs: list[str]) -> str:
@@ -94,25 +205,6 @@ def upstream_frame_ids(config: str, record: dict) -> list[int]:
     if record.get("frame_ids") is not None:
         return list(record["frame_ids"])
     return behaviour_for_config(config).upstream_frame_ids(record)
-
-
-def numbered_lines(handle, limit: int = MAX_LINE_BYTES):
-    """(line number, the line's bytes) of a binary file, or (number, None) for a line over
-    `limit` bytes, whose rest is skipped a block at a time (memory never holds more)."""
-    number = 0
-    while True:
-        line = handle.readline(limit + 1)
-        if not line:
-            return
-        number += 1
-        if len(line) > limit and not line.endswith(b"\n"):
-            while True:
-                rest = handle.readline(1 << 20)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield number, None
-        else:
-            yield number, line
 
 
 def parse_record(line: bytes | None) -> dict:
@@ -220,7 +312,7 @@ class ReadRecords(beam.DoFn):
         scenario = self.config.config_to_scenario[config]
         url = fileio.join(self.config.import_upstream, jsonl_name(config))
         with fileio.open_source(url) as handle:
-            for number, line in numbered_lines(handle):
+            for number, line in fileio.numbered_lines(handle, MAX_LINE_BYTES):
                 yield scenario, config, number, line
 
 

@@ -10,12 +10,14 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 
 from apache_beam.options.pipeline_options import (
     DirectOptions, PipelineOptions, StandardOptions, WorkerOptions)
 
 from proactivebench_builder.core.cli import at_interrupt, canonical
+from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.pipeline import beam_compat, worker_main
 from proactivebench_builder.pipeline.worker_main import BEAM_WORKER_MODULE
 
@@ -48,6 +50,8 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
         dask = options.view_as(DaskOptions)
         if dask.npartitions is None and dask.partition_size is None:
             dask.npartitions = DEFAULT_DASK_PARTITIONS
+        if dask.address:
+            check_scheduler(dask.address)
     runner = standard.runner or "DirectRunner"
     if runner in LOCAL_RUNNERS:
         direct = options.view_as(DirectOptions)
@@ -58,6 +62,25 @@ def configure_runner(options: PipelineOptions, argv: list[str] | None = None) ->
             direct.direct_running_mode = DEFAULT_LOCAL_MODE
         beam_compat.no_timed_flushes()
     return runner
+
+
+def check_scheduler(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse, before any work, a --dask_client_address where nothing listens (distributed would
+    try for 30 s and end in an OSError without an errno). Only tcp:// addresses (the default
+    scheme) are probed; others are left to distributed."""
+    scheme, _, location = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port = location.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
+                                 timeout=timeout_s).close()
+    except ValueError:
+        raise UsageError(f"--dask_client_address {address}: expected tcp://HOST:PORT") from None
+    except OSError as err:
+        raise UsageError(f"--dask_client_address {address}: no Dask scheduler answers there "
+                         f"({err.strerror or err}); start one (dask scheduler) or leave the "
+                         "flag out for a local cluster") from None
 
 
 def flag_given(argv: list[str], name: str) -> bool:

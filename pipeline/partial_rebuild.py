@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.buildfolder import BUILDING, FAILED, OK
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
@@ -38,11 +38,20 @@ class UpdateRefused(ValueError):
     """This build cannot update the folder's existing build; the message names the way out."""
 
 
-def read_json(output: str, relative: str):
+def read_json(output: str, relative: str) -> dict | None:
+    """A report of the folder's previous build as a dict, None when there is none; one that
+    cannot be read as a JSON object refuses the update (nothing in it can be trusted)."""
     try:
-        return json.loads(fileio.read_bytes(fileio.join(output, relative)))
+        report = json.loads(fileio.read_bytes(fileio.join(output, relative),
+                                              limit=buildfolder.REPORT_MAX_BYTES))
     except FileNotFoundError:
         return None
+    except (OSError, ValueError, RecursionError) as err:  # a FIFO, too large, not JSON
+        raise UpdateRefused(f"{output} holds an unreadable {relative} ({err}): {WAY_OUT}") \
+            from None
+    if not isinstance(report, dict):
+        raise UpdateRefused(f"{output} holds a {relative} that is not a JSON object: {WAY_OUT}")
+    return report
 
 
 def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
@@ -51,10 +60,16 @@ def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     UpdateRefused when the update would not be sound."""
     output, chosen = config.output, set(config.scenarios)
     try:
-        previous = read_json(output, BUILD_REPORT)
-    except (OSError, ValueError) as err:
-        raise UpdateRefused(f"{output} holds an unreadable reports/build.json ({err}): "
-                            f"{WAY_OUT}") from None
+        previous = buildfolder.load_report(output)
+    except FileNotFoundError:
+        previous = None
+    except buildfolder.UnusableReport as err:  # a list, a FIFO, nested too deep, not JSON...
+        raise UpdateRefused(f"{output} holds an unusable {err}: {WAY_OUT}") from None
+    if previous is not None and "scenarios" in previous:  # else nothing in it can be kept
+        shape = buildfolder.report_shape_problems(previous)
+        if shape:
+            raise UpdateRefused(f"{output} holds a {BUILD_REPORT} of another shape than a "
+                                f"build writes ({'; '.join(shape[:3])}): {WAY_OUT}")
     if previous is None or unfinished(previous):
         _refuse_foreign_shards(output, config)
         return None
@@ -79,6 +94,7 @@ def plan_update(config: BuildConfig, train_capable: set[str]) -> dict | None:
     train_again = _train_plan(previous, config, kept, chosen, train_capable, output)
     keep_train = train_again is None and "train" in previous
     _check_kept_files(output, previous, kept, keep_train)
+    previous_dead_letters(output)  # merged at the end: refused now if it cannot be
     old_overrides = (previous.get("stamp") or {}).get("parameter_overrides") or {}
     return {"kept": kept, "keep_train": keep_train, "stamp": merged_stamp(previous, config, kept),
             # the build marks build.json "building" before the terminal step merges, so the
@@ -224,6 +240,38 @@ def merged_stamp(previous: dict, config: BuildConfig, kept: list[str]) -> dict:
 # ------------------------------------------------------------ the terminal step's merge
 
 
+DEAD_LETTER_FIELDS = ("scenario", "path", "reason", "key")
+
+
+def previous_dead_letters(output: str) -> list[dict]:
+    """The dead letters of the folder's previous build (reports/dead_letters.jsonl, which no
+    digest in build.json covers), each checked to be a line the build writes; one that is not
+    refuses the update in one line naming it."""
+    where = f"{output} holds a {DEAD_LETTERS}"
+    try:
+        data = fileio.read_bytes(fileio.join(output, DEAD_LETTERS),
+                                 limit=buildfolder.REPORT_MAX_BYTES)
+    except FileNotFoundError:
+        return []
+    except OSError as err:  # a FIFO, a folder, too large
+        raise UpdateRefused(f"{where} that cannot be read ({err.strerror or err}): "
+                            f"{WAY_OUT}") from None
+    letters = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line:
+            continue
+        try:
+            letter = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+            letter = None
+        if not (isinstance(letter, dict) and set(letter) == set(DEAD_LETTER_FIELDS)
+                and all(isinstance(letter[f], str) for f in DEAD_LETTER_FIELDS)):
+            raise UpdateRefused(f"{where} whose line {number} is not a dead letter this "
+                                f"builder writes: {WAY_OUT}")
+        letters.append(letter)
+    return letters
+
+
 def merge_reports(output: str, update: dict, report: dict, filters: dict, files: list[dict],
                   dead_lines: list[dict], sources: dict) -> dict:
     """The kept part of the folder's previous reports added to this build's (the build report
@@ -237,12 +285,7 @@ def merge_reports(output: str, update: dict, report: dict, filters: dict, files:
     files = sorted(kept_files(previous, kept, keep_train) + files, key=lambda f: f["path"])
     sources = {**{n: u for n, u in (previous.get("sources") or {}).items() if n in kept},
                **sources}
-    old_dead = []
-    try:
-        text = fileio.read_bytes(fileio.join(output, DEAD_LETTERS))
-        old_dead = [json.loads(line) for line in text.decode("utf-8").splitlines() if line]
-    except FileNotFoundError:
-        pass
+    old_dead = previous_dead_letters(output)
 
     def is_kept(scenario: str) -> bool:
         name, _, branch = scenario.partition("/")

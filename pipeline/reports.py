@@ -110,7 +110,10 @@ class WriteReports(beam.DoFn):
         dead_text = "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in dead)
         fileio.write_bytes_atomic(fileio.join(output, DEAD_LETTERS), dead_text.encode("utf-8"))
 
-        exported = self._write_export(output, values)
+        stand_ins = {report[n]["config"]: items  # (a scenario that made nothing has no config)
+                     for n, items in dataset_card.stand_ins_of(report).items()
+                     if report[n].get("config")}
+        exported = self._write_export(output, values, stand_ins)
         rebuilt = [config for config, n in c.config_to_scenario.items() if n in c.scenarios]
         self._remove_stale_shards(output, shards, rebuilt)
         fileio.write_bytes_atomic(fileio.join(output, FILTER_REPORT),
@@ -133,11 +136,13 @@ class WriteReports(beam.DoFn):
         LOG.info("reports written to %s", fileio.join(output, REPORTS_DIR))
         return build
 
-    def _write_export(self, output: str, values: list) -> list[dict]:
+    def _write_export(self, output: str, values: list, stand_ins: dict) -> list[dict]:
         """Write the export's JSONL files; returns build.json's `upstream_files`: every file of
         the export this build wrote (the digests came with the lines, taken from the bytes
-        written), plus, in an update, those of the configs it keeps. Files of an earlier export
-        that are neither are removed, so the export holds what the report says."""
+        written), plus, in an update, those of the configs it keeps, and the export's marker
+        holding `stand_ins` (config -> what stands in for the benchmark's data). Files of an
+        earlier export that are none of these are removed, so the export holds what the report
+        says."""
         lines, exported = defaultdict(dict), {}
         for v in values:
             if isinstance(v, results.UpstreamLine):
@@ -155,6 +160,9 @@ class WriteReports(beam.DoFn):
             for entry in buildfolder.listed(previous, "upstream_files"):
                 if entry["config"] in kept:
                     exported.setdefault(entry["path"], entry)
+        if exported:  # what the build was, for an import of the export (upstream_export.py)
+            entry = upstream_export.write_marker(output, stand_ins)
+            exported[entry["path"]] = entry
         if known:
             self._remove_stale_export(output, exported)
         return sorted(exported.values(), key=lambda e: e["path"])

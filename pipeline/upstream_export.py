@@ -17,8 +17,16 @@ Every exported file is covered like a shard: its size and sha256, taken from the
 which lists them in `reports/build.json` under `upstream_files` ({path, bytes, sha256, config},
 paths relative to DIR), with the JSONL files it writes itself. `validate`, `publish
 --with_upstream` and `evaluate --data DIR/upstream` check them (`core.buildfolder
-.upstream_problems`). A copy of the export outside its build folder has no build.json beside it:
-nothing checks it, as nothing checks the upstream release's own `test/` folder.
+.upstream_problems`).
+
+Beside the JSONL files, `proactivebench_builder_export.json` (`EXPORT_MARKER`) says what the
+build was: per config, what in it stands in for the benchmark's data (build.json's `stand_ins`).
+It is listed like the other files, so `publish --with_upstream` carries it into the release-shaped
+`test/` folder, and `--import_upstream` reads it: an export imported again keeps its stand-ins
+instead of passing for the upstream release.
+
+A copy of the export outside its build folder has no build.json beside it: nothing checks it, as
+nothing checks the upstream release's own `test/` folder.
 """
 from __future__ import annotations
 
@@ -26,7 +34,8 @@ import hashlib
 import json
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.layout import UPSTREAM_DIR, upstream_dir, upstream_jsonl_name
+from proactivebench_builder.core.layout import (
+    EXPORT_MARKER, UPSTREAM_DIR, upstream_dir, upstream_jsonl_name)
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 
 OWN_FIELDS = ("key", "question_type", "frame_ids", "source")
@@ -58,6 +67,25 @@ def record(row: dict) -> dict:
 
 def jsonl_line(row: dict) -> str:
     return json.dumps(record(row), ensure_ascii=False)
+
+
+def marker_bytes(stand_ins_by_config: dict[str, list[dict]]) -> bytes:
+    """The export marker's content: deterministic (no time, no path), so that a rebuild writes
+    the same bytes."""
+    marker = {"built_by": "ProactiveBench builder",
+              "about": "records of a ProactiveBench builder's upstream export, not the upstream "
+                       "release's; stand_ins: per config, what in the build stood in for the "
+                       "benchmark's data",
+              "stand_ins": stand_ins_by_config}
+    return (json.dumps(marker, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def write_marker(output: str, stand_ins_by_config: dict[str, list[dict]]) -> dict:
+    """Write the export marker; returns its `upstream_files` entry (config "": it is the
+    export's, not one config's)."""
+    data = marker_bytes(stand_ins_by_config)
+    fileio.write_bytes_atomic(fileio.join(upstream_dir(output), EXPORT_MARKER), data)
+    return file_entry("", exported_file(EXPORT_MARKER, data))
 
 
 def write_jsonl(output: str, config: str, lines_by_id: dict[int, str]) -> dict:

@@ -27,14 +27,20 @@ Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
 - a lock file (`core/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
   path, size and sha256 of every file) is compared when present: every file missing, added,
   resized or changed since it was recorded is a mismatch. `record_sources` writes it
-  (`--verify_sources --record`), only for a folder that meets every pin above, and checks the
-  published md5/sha256 of the downloads it hashes on the way.
+  (`--verify_sources --record`) only when every chosen folder meets every pin above (so a
+  failed run writes nothing), and checks the published md5/sha256 of the downloads it hashes
+  on the way.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
 import re
+import stat
 
 from proactivebench_builder.core import fileio, source_lock
+from proactivebench_builder.core.download import file_kind
 from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
@@ -64,26 +70,35 @@ def verify_source(name: str, root: str, manifest: dict, compare_lock: bool = Tru
         problems.extend(_check_checksum(name, root, str(relative), digest))
     problems.extend(_check_download_sizes(name, root, manifest))
     if compare_lock and not problems and source_lock.exists(root):
-        problems.extend(f"{name}: {line}" for line in source_lock.compare(root))
+        problems.extend(f"{name}: {line}" for line in source_lock.compare(root, name))
     return problems
 
 
 def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = None
                    ) -> tuple[list[str], list[str]]:
-    """`--verify_sources --record`: check every pin as `verify_sources` does, then write each
-    folder's lock file. Returns (problems, one summary line per lock written); a folder with a
-    problem gets no lock."""
-    problems, written = [], []
-    for name in sorted(sources):
-        manifest = manifests[name] if manifests and name in manifests else _packaged(name)
-        found = verify_source(name, sources[name], manifest, compare_lock=False)
-        if not found:
+    """`--verify_sources --record`: check every pin of every folder as `verify_sources` does,
+    and only when all agree write each folder's lock file (a folder passing its pins while
+    another fails gets none: the user fixes the download and records again). Returns
+    (problems, one summary line per lock written). A published md5/sha256 that only hashing
+    the whole folder finds wrong stops that folder's lock alone; the lines say which were
+    written."""
+    chosen = {name: manifests[name] if manifests and name in manifests else _packaged(name)
+              for name in sorted(sources)}
+    problems = [line for name, manifest in chosen.items()
+                for line in verify_source(name, sources[name], manifest, compare_lock=False)]
+    if problems:
+        return problems, []
+    written = []
+    for name, manifest in chosen.items():
+        try:
             lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
-            found = [f"{name}: {line}" for line in lines]
-            if not found:
-                written.append(f"{name}: recorded {files} files ({size} bytes) in "
-                               f"{source_lock.lock_path(sources[name])}")
-        problems.extend(found)
+        except OSError as err:  # a full disk, a read-only folder, a folder in its place
+            lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
+                     f"{err.strerror or err} (errno {err.errno})"]
+        problems.extend(f"{name}: {line}" for line in lines)
+        if not lines:
+            written.append(f"{name}: recorded {files} files ({size} bytes) in "
+                           f"{source_lock.lock_path(sources[name])}")
     return problems, written
 
 
@@ -115,16 +130,37 @@ def _check_checksum(name: str, root: str, relative: str, digest) -> list[str]:
         return [f"{name}: manifest problem: checksums[{relative!r}] = {digest!r} is not a "
                 f"sha256 (64 hex digits)"]
     url = fileio.join(root, relative)
-    fs, path = fileio.filesystem(url)
-    if not fs.isfile(path):
-        return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
     try:
-        actual = fileio.sha256(url)
+        actual = _sha256(url)
+    except FileNotFoundError:
+        return [f"{name}: missing file {relative!r} (its sha256 is pinned; under {root})"]
+    except fileio.NotARegularFile as err:  # a FIFO would block the read for ever
+        return [f"{name}: pinned file {relative!r} is {err.strerror}"]
     except OSError as err:
-        return [f"{name}: unreadable file {relative!r}: {err}"]
+        return [f"{name}: unreadable file {relative!r}: {err.strerror or err}"]
     if actual != expected:
         return [f"{name}: sha256 mismatch for {relative!r}: expected {expected}, got {actual}"]
     return []
+
+
+def _sha256(url: str) -> str:
+    """The sha256 of a pinned file, streamed; a local one must be a regular file (a FIFO, a
+    socket, a device or a folder raises NotARegularFile without blocking)."""
+    if not fileio.is_local(url):
+        fs, path = fileio.filesystem(url)
+        if not fs.isfile(path):
+            raise FileNotFoundError(url)
+        return fileio.sha256(url)
+    path = fileio.local_path(url)
+    mode = os.stat(path).st_mode  # links are followed: a pinned file may live elsewhere
+    if not stat.S_ISREG(mode):
+        raise fileio.NotARegularFile(errno.EINVAL, f"not a regular file: {file_kind(mode)}",
+                                     path)
+    digest = hashlib.sha256()
+    with fileio.open_local_regular(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _check_download_sizes(name: str, root: str, manifest: dict) -> list[str]:

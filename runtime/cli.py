@@ -34,6 +34,7 @@ from proactivebench_builder.core.cli import (
     positive_int, run_command)
 from proactivebench_builder.core.errors import CommandError
 from proactivebench_builder.core.play import MalformedRecord
+from proactivebench_builder.core.released import released_counts
 from proactivebench_builder.runtime import (
     environments as envs, loading, metrics, open_ended, results_file)
 from proactivebench_builder.runtime.episodes import run_episode
@@ -72,6 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ev.add_argument("--split", choices=tuple(loading.PARQUET_SPLITS), default=None,
                     help="the filtered test split or the unfiltered pool (default: test, or "
                          "unfiltered with --first_round_only)")
+    ev.add_argument("--all_records", action="store_true",
+                    help="an upstream-layout folder holding the release's records (its test/ "
+                         "folder): play every record, not only the released split that "
+                         "upstream's loader keeps (its FILTER: 7,557 samples), which is the "
+                         "default there")
     ev.add_argument("--judge", help="model spec of the OEG judge (e.g. openai:Qwen/Qwen3-8B@URL)")
     ev.add_argument("--oeg_samples", type=non_negative_int, default=open_ended.OEG_SAMPLES,
                     help="OEG: samples per scenario (upstream: 100, seed-0 shuffle); 0 = all")
@@ -84,6 +90,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "sending, the whole reply)")
     ev.add_argument("--max_retries", type=non_negative_int, default=3, help="HTTP adapters")
     ev.add_argument("--results", required=True, help="JSONL results file (appended, resumable)")
+    ev.add_argument("--no_progress", action="store_true",
+                    help="no progress bar on stderr (there is none when stderr is not a "
+                         "terminal)")
     ev.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         # argparse would read the flag's value as the command ("invalid choice: 'oracle'").
@@ -161,8 +170,10 @@ def load_name(spec: str) -> str:
 
 
 def _model_options(args, spec: str) -> dict:
-    return {"timeout": args.timeout, "max_retries": args.max_retries} \
-        if spec.startswith("openai:") else {}
+    # requests in flight follow --concurrency (one per sample played at once), not the
+    # adapter's default of 8
+    return {"timeout": args.timeout, "max_retries": args.max_retries,
+            "max_concurrency": args.concurrency} if spec.startswith("openai:") else {}
 
 
 def play_sample(row: dict, config: str, args, model, judge) -> dict:
@@ -202,6 +213,12 @@ class UnplayableSample(CommandError):
     prefix = None
 
 
+def show_progress(args) -> bool:
+    """A bar only for a person watching: not with --no_progress, nor into a pipe or a log
+    (its carriage-return frames would fill it)."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
 def evaluate(args) -> dict:
     found = results_file.read(args.results)  # an unusable --results is refused before any work
     signature = run_signature(args)
@@ -220,7 +237,7 @@ def evaluate(args) -> dict:
 
     with results_file.Writer(found) as out, at_interrupt(stop_requests), \
             tqdm(total=len(todo), desc=f"{signature['model_spec']} {args.mode}",
-                 unit="sample") as bar, \
+                 unit="sample", disable=not show_progress(args)) as bar, \
             ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
         futures = [pool.submit(play_sample, row, config, args, model, judge)
                    for config, row in todo]
@@ -273,8 +290,10 @@ def current_samples(args) -> dict:
             print(f"evaluate: {where}: {reason}", file=sys.stderr)
         bad.append(where)
 
+    keep, note = released_keep(args, configs, split)
     for config in configs:
-        rows = list(loading.iter_rows(args.data, config, split, on_bad))
+        rows = list(loading.iter_rows(args.data, config, split, on_bad,
+                                      keep.get(config) if keep else None))
         if args.mode == "oeg" and args.oeg_samples:
             rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
                                          args.oeg_samples)
@@ -288,7 +307,32 @@ def current_samples(args) -> dict:
     if not samples:
         raise SystemExit(f"nothing to evaluate: the {split} split of {args.data} holds no "
                          f"samples for {', '.join(configs)}")
+    if note:  # said once the samples are known to be played (a refusal says only why)
+        print(note, file=sys.stderr)
     return samples
+
+
+def released_keep(args, configs: list[str], split: str) -> tuple[dict | None, str | None]:
+    """(the released keep list to apply: config -> ids, or None; the line saying what is
+    played, or None). Only for an upstream-layout folder that is not our export and holds
+    configs of the release: the released split, as upstream's loader keeps it, when the folder
+    holds the release's records and the test split is played (--first_round_only judges the
+    whole pool); else every record, said to be no released split."""
+    if (loading.data_kind(args.data) != loading.UPSTREAM or loading.is_build_export(args.data)
+            or not set(configs) & set(released_counts())):  # only scenarios of one's own
+        return None, None
+    keep = loading.released_split(args.data, configs)
+    if keep and split == "test" and not args.all_records:
+        return keep, (f"evaluate: {args.data} holds the release's records: playing the released "
+                      f"split ({sum(len(ids) for ids in keep.values()):,} ids listed for "
+                      f"{', '.join(sorted(keep))}), as upstream's loader does (--all_records "
+                      "plays every record)")
+    why = ("as asked (--all_records)" if keep and args.all_records else
+           "--first_round_only plays the pool" if keep else
+           "its records do not hold the released split's counts")
+    return None, (f"evaluate: playing every record of {args.data} ({why}): not the released "
+                  "split, so scores are not comparable with the paper's (import it with "
+                  "--keep_list released, or give the release's whole test/ folder)")
 
 
 def why_no_configs(args) -> str:

@@ -12,8 +12,11 @@ Three sources, told apart by what a folder says of itself (`data_kind`):
 - the upstream layout (`DIR/<config>_preprocessed.jsonl` + image files, e.g. our
   `DIR/upstream/` export or the released `test/` folder): each record's frames are read once
   from the files its template names, filled with upstream's slot rules, and attached to the row.
-  As upstream's loader, records with `strong_occlusions == False` are skipped; upstream's FILTER
-  id list is not applied here (our export is already filtered; `--ids` can restrict). The
+  As upstream's loader, records with `strong_occlusions == False` are skipped. Upstream's FILTER
+  (the released keep list, `core.released`) is applied when the caller asks (`keep_ids`):
+  `evaluate` does for a folder whose records hold the released split (`released_split`: every
+  config of the release keeps exactly the released count), not for our own export (already
+  filtered). The
   folder is untrusted, as the build's sources are: a template is a plain `{slot}` pattern, the
   path it gives must stay inside DIR (no absolute path, no `..` or link leading out), and only
   a regular file no larger than MAX_FRAME_BYTES holding a decodable image of the format its
@@ -54,6 +57,7 @@ from proactivebench_builder.core.layout import (
     BUILD_REPORT, NOT_CONFIGS, SHARD_PATTERN, TEST, UNFILTERED, UPSTREAM_DIR, UPSTREAM_SUFFIX,
     folder_label, upstream_jsonl_name)
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
+from proactivebench_builder.core.released import count_kept, released_counts, released_kept_ids
 from proactivebench_builder.runtime import row_check
 from proactivebench_builder.runtime.row_check import BadRecord
 
@@ -78,6 +82,14 @@ def data_kind(data: str) -> str:
         else BUILD
 
 
+def is_build_export(data: str) -> bool:
+    """Whether the upstream-layout folder `data` is our own DIR/upstream export (a build's
+    report beside it), rather than the released test/ folder or another copy."""
+    folder = os.path.abspath(data)
+    return os.path.basename(folder) == UPSTREAM_DIR and os.path.lexists(
+        os.path.join(os.path.dirname(folder), BUILD_REPORT))
+
+
 def check_data(data: str) -> None:
     """Refuse, before any work, a `--data` that is not something to evaluate: a local folder
     must be a successfully finished, intact build (core.buildfolder: status "ok", every shard
@@ -86,12 +98,12 @@ def check_data(data: str) -> None:
     kind = data_kind(data)
     export = False
     if kind == UPSTREAM:
-        parent = os.path.dirname(os.path.abspath(data))
-        if os.path.basename(os.path.abspath(data)) != UPSTREAM_DIR or not os.path.lexists(
-                os.path.join(parent, BUILD_REPORT)):
+        if not is_build_export(data):
             return  # the released test/ folder, or another upstream-layout copy
-        data, export = parent, True  # our own DIR/upstream export: its build must be trusted,
-    if kind in (BUILD, UPSTREAM):    # and the export's files must match their digests
+        # our own DIR/upstream export: its build must be trusted, and the export's files
+        # must match their digests
+        data, export = os.path.dirname(os.path.abspath(data)), True
+    if kind in (BUILD, UPSTREAM):
         problems = buildfolder.folder_problems(data, upstream=export)
         if problems:
             raise UsageError(f"--data {data}: " + problems[0] + (
@@ -183,14 +195,15 @@ def available_configs(data: str) -> list[str]:
     return transforms.config_order(playable)
 
 
-def iter_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None
-              ) -> Iterator[dict]:
+def iter_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None,
+              keep_ids: frozenset[int] | None = None) -> Iterator[dict]:
     """The checked rows of a split of `config` in `data` (any of the three sources). A row that
     cannot be played is passed to `on_bad(where, reason)` and skipped, or, without `on_bad`,
-    raises UsageError naming it."""
+    raises UsageError naming it. `keep_ids` (an upstream-layout folder): only the records with
+    those ids, as upstream's loader applies its FILTER."""
     kind = data_kind(data)
     if kind == UPSTREAM:
-        yield from iter_upstream_rows(data, config, on_bad)
+        yield from iter_upstream_rows(data, config, on_bad, keep_ids)
     elif kind == BUILD:
         yield from iter_parquet_rows(data, config, split, on_bad)
     else:
@@ -436,7 +449,9 @@ def attach_frames(record: dict, config: str, data_dir: str) -> dict:
     return row
 
 
-def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iterator[dict]:
+def upstream_lines(data_dir: str, config: str) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) of `<config>_preprocessed.jsonl` in `data_dir`, opened inside it
+    as a regular file; an over-long line comes as None (its rest skipped)."""
     name = upstream_jsonl_name(config)
     try:
         handle = open_inside(data_dir, name)
@@ -445,33 +460,57 @@ def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None) -> Iter
     except OSError as err:
         raise UsageError(f"--data {data_dir}: {name}: {_os_reason(err)}") from None
     with handle:
-        number = 0
-        while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
-            number += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                _skip_line(handle)  # the rest of an over-long line is not a line of its own
-            try:
-                record = upstream_record(raw)
-                if record is None or record.get("strong_occlusions") is False:
-                    continue
-                yield attach_frames(record, config, data_dir)
-            except BadRecord as err:
-                _bad(on_bad, f"--data {data_dir}: {name} line {number}", str(err))
+        yield from fileio.numbered_lines(handle, MAX_LINE_BYTES)
 
 
-def _skip_line(handle) -> None:
-    while True:
-        rest = handle.readline(1 << 20)
-        if not rest or rest.endswith(b"\n"):
-            return
+def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None,
+                       keep_ids: frozenset[int] | None = None) -> Iterator[dict]:
+    name = upstream_jsonl_name(config)
+    for number, raw in upstream_lines(data_dir, config):
+        try:
+            record = upstream_record(raw)
+            if record is None or record.get("strong_occlusions") is False:
+                continue
+            if keep_ids is not None and not (type(record.get("id")) is int
+                                             and record["id"] in keep_ids):
+                continue  # not in the released split (its frames are never read)
+            yield attach_frames(record, config, data_dir)
+        except BadRecord as err:
+            _bad(on_bad, f"--data {data_dir}: {name} line {number}", str(err))
 
 
-def upstream_record(raw: bytes) -> dict | None:
-    """One JSONL line as a record (None for a blank line); BadRecord saying what is wrong."""
-    if len(raw) > MAX_LINE_BYTES:
+def upstream_ids(data_dir: str, config: str) -> list[tuple[int, object]]:
+    """(id, strong_occlusions) of every record that parses with an integer id (the others are
+    named when played): what the released keep list is counted against."""
+    found = []
+    for _, raw in upstream_lines(data_dir, config):
+        try:
+            record = upstream_record(raw)
+        except BadRecord:
+            continue
+        if record is not None and type(record.get("id")) is int:  # (a list is unhashable)
+            found.append((record["id"], record.get("strong_occlusions")))
+    return found
+
+
+def released_split(data_dir: str, configs: list[str]) -> dict[str, frozenset[int]] | None:
+    """config -> the released keep list's ids, when the upstream-layout folder `data_dir` holds
+    the release's records: every config of the release among `configs` keeps exactly the
+    released count (a config of our own scenarios is not the release's: not filtered). None
+    otherwise (our export, another copy, or a config keeping another count)."""
+    counts, kept = released_counts(), released_kept_ids()
+    ours = [c for c in configs if c in counts]
+    if not ours or is_build_export(data_dir):
+        return None
+    if any(count_kept(c, upstream_ids(data_dir, c)) != counts[c] for c in ours):
+        return None
+    return {c: kept[c] for c in ours}
+
+
+def upstream_record(raw: bytes | None) -> dict | None:
+    """One JSONL line as a record (None for a blank line); BadRecord saying what is wrong
+    (`raw` None: a line over MAX_LINE_BYTES, as fileio.numbered_lines gives it)."""
+    if raw is None or len(raw) > MAX_LINE_BYTES:
         raise BadRecord(f"longer than {MAX_LINE_BYTES:,} bytes")
     try:
         text = raw.decode("utf-8")

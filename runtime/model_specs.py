@@ -32,6 +32,8 @@ def check_model_spec(spec: str) -> None:
         if not rest:
             raise ModelSpecError(f"{spec!r} names no model: use {kind}:MODEL"
                                  + ("[@BASE_URL]" if kind == "openai" else "_ID"))
+        if kind == "openai":
+            check_base_url(spec, rest.partition("@")[2])
         if kind == "hf" and not all(importlib.util.find_spec(m) for m in ("transformers",
                                                                           "torch")):
             raise ModelSpecError(TRANSFORMERS_MISSING)
@@ -44,6 +46,21 @@ def check_model_spec(spec: str) -> None:
 
 
 DEFAULT_BASE_URL = "http://localhost:8000/v1"  # OpenAIChatModel's default endpoint
+
+
+def check_base_url(spec: str, base_url: str) -> None:
+    """An endpoint is an http(s) URL with a host (urllib would also open file: and ftp: URLs,
+    reading a local file as every reply)."""
+    if not base_url:
+        return
+    try:
+        parts = urllib.parse.urlsplit(base_url.strip())
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ModelSpecError(f"{spec!r}: the endpoint must be an http(s) URL such as "
+                             f"{DEFAULT_BASE_URL}")
 
 
 def model_identity(spec: str) -> str:

@@ -61,13 +61,9 @@ def read(path: str) -> ResultsFile:
     except OSError as err:
         raise UsageError(f"--results {path}: {reason(err)}") from None
     with handle:
-        offset, number = 0, 0
-        while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
-            number += 1
-            if len(raw) > MAX_LINE_BYTES:
+        offset = 0
+        for number, raw in fileio.numbered_lines(handle, MAX_LINE_BYTES):
+            if raw is None:
                 raise found.damaged(number, f"longer than {MAX_LINE_BYTES:,} bytes")
             last = not raw.endswith(b"\n")
             try:

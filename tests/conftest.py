@@ -3,8 +3,10 @@ layout) and a helper that runs a whole build on the FnApiRunner (the DirectRunne
 to download the Prism runner)."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 
 # The suite holds a scenario defined only under tests/ (tests/extra_scenario/: a module and its
 # manifest), made visible the documented way before anything loads the registry; worker
@@ -22,10 +24,42 @@ from proactivebench_builder.transforms import load_scenarios  # noqa: E402
 RUNNER = "--runner=FnApiRunner"
 
 
+# The inner loop's quick subset, `python -m pytest -q tests -m "not build"`, leaves out every
+# test that builds (the miniature sources, a build, a command on a built folder) or starts a
+# process of ours: what is left are the unit tests, the layers check and the fuzz targets,
+# a few minutes where the whole suite takes ten to twenty.
+BUILD_CALLS = re.compile(r"\b(run|run_build|build_once|private_miniature|run_cli|run_pipeline|"
+                         r"ensure_miniature_sources|subprocess\.run|subprocess\.Popen)\(")
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _builds(item) -> bool:
+    """Whether the test, or a fixture it uses (at any depth), calls what builds."""
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in (info.name2fixturedefs.values() if info else ()):
+        functions += [d.func for d in definitions]
+    return any(BUILD_CALLS.search(_source(f)) for f in functions if f is not None)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _builds(item):
+            item.add_marker(pytest.mark.build)
+
+
 def pytest_configure(config):
     """`datasets` caches a loaded local folder under a name that can survive a change of the
     files (seen across test sessions), so every session starts from an empty cache, and every
     test gets its own (below); module-scoped fixtures use the session's."""
+    config.addinivalue_line("markers", "build: builds or runs a command of ours in a process "
+                                       "(left out by the quick subset: -m 'not build')")
     import tempfile
 
     import datasets

@@ -525,3 +525,65 @@ def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
     assert lines == [f"BUILD FAILED: quickdraw: no .ndjson files under "
                      f"{tmp_path / 'src' / 'quickdraw' / 'simplified'} (expected the "
                      "'simplified' family, one file per category)"], result.stderr
+
+
+# ---- what a newcomer met (issue 21, finding 9) --------------------------------------------------
+
+def test_a_mistyped_keep_list_keyword_says_which_was_meant(capsys, tmp_path):
+    code = build.main([f"--output={tmp_path / 'out'}", f"--import_upstream={tmp_path}",
+                       "--keep_list=relased", RUNNER])
+    line = capsys.readouterr().err.strip()
+    assert code != 0 and "\n" not in line
+    assert "--keep_list 'relased': no such file; did you mean 'released'" in line
+
+
+def test_build_takes_the_short_names_evaluate_takes():
+    from proactivebench_builder.pipeline.commands.configure import choose_scenarios
+
+    assert sorted(choose_scenarios("IN-C,QD")) == ["imagenet_c", "quickdraw"]
+    assert sorted(choose_scenarios("ImageNet-C,quickdraw")) == ["imagenet_c", "quickdraw"]
+    from proactivebench_builder.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="did you mean 'quickdraw'"):
+        choose_scenarios("quickdrw")
+
+
+def test_the_stamp_records_the_predictions_as_an_absolute_path(tmp_path, monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from proactivebench_builder.pipeline.commands.configure import selection_settings
+    from proactivebench_builder.pipeline.options import BuildOptions
+    from proactivebench_builder.transforms import config_aliases
+
+    (tmp_path / "first_round.jsonl").write_text(json.dumps(
+        {"model": "m", "config": "QuickDraw", "key": "QuickDraw/cat/1", "correct": True}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    opts = PipelineOptions(["--predictions=first_round.jsonl"]).view_as(BuildOptions)
+    selection = selection_settings(opts, config_aliases())
+    assert selection.predictions == str(tmp_path / "first_round.jsonl")
+
+
+def test_evaluate_shows_no_bar_when_asked_or_when_stderr_is_no_terminal(monkeypatch):
+    args = runtime_cli.parse_args(["evaluate", "--data", "x", "--model", "oracle", "--results",
+                                   "r.jsonl", "--no-progress"])
+    assert args.no_progress and not runtime_cli.show_progress(args)
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert not runtime_cli.show_progress(args)
+    args.no_progress = False
+    assert runtime_cli.show_progress(args)
+    monkeypatch.setattr(sys, "stderr", open(os.devnull, "w"))
+    assert not runtime_cli.show_progress(args)
+
+
+def test_importing_a_missing_folder_says_no_such_folder(capsys, tmp_path):
+    code = build.main([f"--output={tmp_path / 'out'}", f"--import_upstream={tmp_path / 'nope'}",
+                       RUNNER])
+    line = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in line
+    assert f"--import_upstream {tmp_path / 'nope'}: no such folder" in line
+    assert not (tmp_path / "out").exists()

@@ -985,6 +985,26 @@ def test_concurrency_is_capped(tmp_path, capsys):
     assert status == 2 and "--concurrency: at most 256" in one_line(err)
 
 
+def test_requests_in_flight_follow_concurrency(qd_build, tmp_path, capsys, endpoints,
+                                               monkeypatch):
+    """An API model gets as many requests in flight as --concurrency plays samples at once
+    (before: at most 8 whatever --concurrency said, the adapter's default)."""
+    from proactivebench_builder.runtime import models
+
+    made = []
+    real = models.OpenAIChatModel.__init__
+
+    def recording(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self._slots._initial_value)
+    monkeypatch.setattr(models.OpenAIChatModel, "__init__", recording)
+    api = endpoints("text:A")
+    status, _, err = evaluate(capsys, "--data", qd_build, "--scenarios", "quickdraw",
+                              "--model", f"openai:m@{api.url}", "--concurrency", "12", "--results", str(tmp_path / "r.jsonl"))
+    assert status == 0, err
+    assert made == [12]
+
+
 def test_a_local_model_that_cannot_be_loaded_is_a_model_error(monkeypatch):
     """The same pattern for `hf:MODEL_ID`: before, a model not on the Hub (or no network)
     ended in the library's OSError traceback from a worker thread."""

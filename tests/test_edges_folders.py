@@ -197,8 +197,10 @@ def test_build_json_records_every_exported_file_with_its_digest(built_miniature)
     for path, entry in listed.items():
         full = os.path.join(built_miniature, path)
         assert entry["bytes"] == os.path.getsize(full) and entry["sha256"] == sha256_of(full)
-    assert {f["config"] for f in listed.values()} == {
-        f["config"] for f in report["files"] if f["split"] == "unfiltered"}
+    # every config's files, and the export's marker (config "": it is the whole export's)
+    assert {f["config"] for f in listed.values()} == {"", *(
+        f["config"] for f in report["files"] if f["split"] == "unfiltered")}
+    assert listed["upstream/proactivebench_builder_export.json"]["config"] == ""
 
 
 def test_an_edited_answer_in_the_export_is_refused(built, tmp_path, capsys, monkeypatch):

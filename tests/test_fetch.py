@@ -134,8 +134,9 @@ def pins_of(path: str) -> dict:
 
 def mirror_plans(mirror: str, miniature_root: str, extra_classes=()) -> dict:
     """The packaged plans, with every pin the real manifest has replaced by the served file's
-    own (so a pinned size stays pinned, an md5 stays an md5), QuickDraw restricted to the
-    miniature's classes (plus `extra_classes`, which the mirror lacks)."""
+    own (so a pinned size stays pinned, an md5 stays an md5; no approximate size is kept),
+    QuickDraw restricted to the miniature's classes (plus `extra_classes`, which the mirror
+    lacks)."""
     plans = {name: plan(manifest_of(name)) for name in ALL}
     qd_classes = sorted(p[len("simplified/"):-len(".ndjson")]
                         for p in files_under(os.path.join(miniature_root, "quickdraw"))
@@ -151,7 +152,8 @@ def mirror_plans(mirror: str, miniature_root: str, extra_classes=()) -> dict:
             pins = pins_of(served)
             spec = dataclasses.replace(spec, **{k: pins[k] for k in ("size", "md5", "sha256")
                                                 if getattr(spec, k) is not None})
-            source_plan.files[index] = dataclasses.replace(planned, spec=spec)
+            # the real file's approximate size (ImageNet-C's) is not the served file's either
+            source_plan.files[index] = dataclasses.replace(planned, spec=spec, approx_size=None)
     return plans
 
 
@@ -727,3 +729,42 @@ def test_a_folder_linked_out_of_the_source_folder_is_never_written_through(tmp_p
     outcome = Downloader(mirror=server.url, retries=0).fetch(str(folder), spec)
     assert outcome.status == "failed" and "resolves outside" in outcome.message
     assert list(outside.iterdir()) == [] and server.log == []
+
+
+# ---- what a newcomer met (issue 21, findings 7-9) ----------------------------------------------
+
+def test_no_network_is_one_summary_line_not_one_per_file(tmp_path, capsys):
+    """Every file failing to connect (here a closed local port) is said once for all, naming
+    the host and the count; the retry hint follows."""
+    code = fetch.main([f"--sources_root={tmp_path / 'sources'}", "--scenarios=quickdraw",
+                       "--mirror=http://127.0.0.1:1", "--retries=0", "--no_progress"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1
+    assert len(err) == 2, err
+    assert re.match(r"run_pipeline\.py fetch: FAILED 345 files: cannot connect to 127\.0\.0\.1 "
+                    r"\(345\) \(no network, or the host is down\? e\.g\. ", err[0])
+    assert err[1].startswith("fetch: run the same command again")
+
+
+def test_the_next_step_names_release_labels_every_source_and_an_output():
+    plans = fetch.chosen(fetch.load_plans(), "quickdraw,mvpn,vsod")
+    line = fetch.next_steps(plans, "/data/src")
+    assert "release_labels --release RELEASE/test --sources_root /data/src" in line
+    assert "the labels of mvpn, vsod exist only in the release's records" in line
+    assert "--scenarios quickdraw,mvpn,vsod --verify_sources --record --output OUTPUT" in line
+    assert "release_labels" not in fetch.next_steps(fetch.chosen(fetch.load_plans(),
+                                                                 "quickdraw"), "/data/src")
+
+
+def test_imagenet_c_has_approximate_sizes_in_the_dry_run_and_the_disk_check(tmp_path, capsys):
+    assert fetch.main([f"--sources_root={tmp_path}", "--scenarios=imagenet_c",
+                       "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "imagenet_c/noise.tar: to fetch, ~21.0 GB (approximate)" in out
+    assert "0 B published + ~62.0 GB approximate; nothing was downloaded" in out
+    plans = fetch.chosen(fetch.load_plans(), "imagenet_c")
+    jobs = [(str(tmp_path), p.spec) for p in plans["imagenet_c"].files]
+    approx = {str(tmp_path): {p.spec.path: p.approx_size for p in plans["imagenet_c"].files}}
+    with pytest.raises(fetch.UsageError, match=r"need at least 124\.0 GB \(published or "
+                                               r"approximate sizes"):
+        fetch.check_space(jobs, str(tmp_path), approx)

@@ -143,3 +143,14 @@ def test_rows_produced_ahead_on_a_thread_keep_order_errors_and_stop_early():
         ahead.close()  # the writer's own error: the producer is stopped and waited for
         assert len(made) <= 3 + shards.ROWS_AHEAD + 1  # the queue, and one in hand
         assert closed == [50, 20, 1000]
+
+
+def test_the_sha256_of_a_fifo_is_refused_without_opening_it_for_reading(tmp_path):
+    """A FIFO where a file to hash is (was: open() waited for a writer for ever)."""
+    fifo = tmp_path / "pinned.tar"
+    os.mkfifo(fifo)
+    with pytest.raises(fileio.NotARegularFile, match="FIFO"):
+        fileio.sha256(str(fifo))
+    (tmp_path / "file").write_bytes(b"abc")
+    assert fileio.sha256(str(tmp_path / "file")) == (
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")

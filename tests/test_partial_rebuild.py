@@ -151,3 +151,24 @@ def test_a_build_killed_after_its_reports_is_not_updated(full, miniature_root):
     with pytest.raises(SystemExit, match="holds a build that did not finish "
                                          r"\(status 'building'\); rebuild every scenario"):
         run(full, miniature_root, "quickdraw")
+
+
+@pytest.mark.parametrize("report, file, named", [
+    (b"[1]", "build.json", "not a build report (a JSON list, not an object)"),
+    (b"[" * 100_000 + b"]" * 100_000, "build.json", "nested too deeply"),
+    (b'{"status": "ok", "scenarios": {"quickdraw": 3}}', "build.json", "of another shape"),
+    (b"[1]", "filter.json", "filter.json that is not a JSON object"),
+    (b"{\"scenarios\": ", "filter.json", "unreadable reports/filter.json"),
+])
+def test_a_report_of_the_previous_build_that_cannot_be_read_refuses_the_update(
+        full, miniature_root, report, file, named):
+    """A damaged or hand-made report in the folder: one line before any work (was an
+    AttributeError traceback for a report that is a JSON list)."""
+    with open(os.path.join(full, "reports", file), "wb") as handle:
+        handle.write(report)
+    before = digests(full)
+    with pytest.raises(SystemExit) as refused:
+        run(full, miniature_root, "quickdraw")
+    message = str(refused.value)
+    assert named in message and "\n" not in message and "another --output" in message, message
+    assert digests(full) == before

@@ -126,3 +126,30 @@ def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniatu
     assert not os.path.exists(os.path.join(fresh, "QuickDraw"))  # an empty split has no shard
     with pytest.raises(BuildFailed, match="samples lack predictions"):
         run(fresh + "2", miniature_root, SCENARIOS, "--no_train", f"--predictions={test_only}")
+
+
+def test_a_rebuild_with_another_seed_is_refused_before_it_replaces_the_build(loop, miniature_root):
+    """The folder holds a finished, filtered build at seed 0; the same rebuild with --seed 1
+    would make another pool, fail the filter after the work and leave the folder failed: it is
+    refused before any work, naming both seeds, and the folder keeps its build (issue 21,
+    finding 3)."""
+    out, predictions, _ = loop
+    before = read_json(os.path.join(out, "reports", "build.json"))
+    with pytest.raises(SystemExit) as raised:
+        run(out, miniature_root, SCENARIOS, "--no_train", f"--predictions={predictions}",
+            "--seed=1")
+    message = str(raised.value.code)
+    assert "seed (0 there, 1 now)" in message and "another --output" in message
+    assert "\n" not in message
+    assert read_json(os.path.join(out, "reports", "build.json")) == before
+
+
+def test_a_failed_filter_does_not_promise_a_pool_nothing_reads():
+    from proactivebench_builder.pipeline.commands.build import check_filter_errors
+
+    with pytest.raises(BuildFailed) as raised:
+        check_filter_errors({"quickdraw": {"error": "QuickDraw: 3 predictions name samples "
+                                                    "that are not in the pool"}}, "/x/out")
+    message = str(raised.value)
+    assert "the unfiltered pool is written" not in message
+    assert "/x/out is marked failed" in message and "without the filter" in message

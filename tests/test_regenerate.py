@@ -507,3 +507,151 @@ def test_the_dataflow_requirements_file_installs(tmp_path):
     check = subprocess.run([python, "-c", "import fsspec, gcsfs; fsspec.filesystem('gs')"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr[-2000:]
+
+
+# ---- what an import is (issue 21, finding 1) ---------------------------------------------------
+
+def test_an_export_imported_again_keeps_its_stand_ins(tmp_path, built_miniature, capsys,
+                                                     hub_unreachable):
+    """The miniature build's own upstream export, imported: its marker carries the build's
+    stand-ins over, its records are named as a builder's export with placeholder answers, the
+    card does not claim the release, and publish --repo_id refuses it."""
+    upstream = os.path.join(built_miniature, "upstream")
+    marker = read_json(os.path.join(upstream, "proactivebench_builder_export.json"))
+    assert {i["kind"] for i in marker["stand_ins"][MVPN]} == {"miniature", "placeholders"}
+    out = str(tmp_path / "imported")
+    report = run(out, "/unused", "mvpn,quickdraw", f"--import_upstream={upstream}")
+    kinds = {n: {i["kind"] for i in items} for n, items in report["stand_ins"].items()}
+    assert kinds["mvpn"] == {"builder_export", "miniature", "placeholders", "not_released_split"}
+    assert kinds["quickdraw"] == {"builder_export", "miniature", "not_released_split"}
+    whats = json.dumps(report["stand_ins"]["mvpn"])
+    assert "records answer with a placeholder (e.g. 'Product 00" in whats
+    card = open(os.path.join(out, "README.md")).read()
+    assert "upstream release)" not in card and "upstream release's own records" not in card
+    assert "\n# ProactiveBench (imported from a builder's export, miniature sources, placeholder " \
+        "labels and records other than the released split; not the benchmark)\n" in card
+    capsys.readouterr()
+    assert cli.main(["publish", out, "--repo_id", "me/ProactiveBench"]) == 2
+    assert "a builder's export (mvpn, quickdraw)" in one_line(capsys.readouterr().err)
+
+
+def test_a_published_release_shaped_folder_keeps_the_marker_and_must_be_unzipped(
+        tmp_path, built_miniature, capsys):
+    """publish --with_upstream lays the export out as the release's test/ folder, marker
+    included; imported with its archives still zipped, it is refused before any work naming
+    them; unzipped, it imports with the exported build's stand-ins."""
+    import zipfile
+
+    target = str(tmp_path / "published")
+    assert cli.main(["publish", built_miniature, "--to", target, "--with_upstream"]) == 0
+    test = os.path.join(target, "test")
+    assert os.path.isfile(os.path.join(test, "proactivebench_builder_export.json"))
+    capsys.readouterr()
+    out = tmp_path / "imported"
+    assert build_cli(f"--output={out}", "--scenarios=rod,vsod", f"--import_upstream={test}",
+                     "--keep_list=released") == 2
+    line = one_line(capsys.readouterr().err)
+    assert "unzip the archives first: " in line and f"{ROD}.zip" in line
+    assert not out.exists()
+    for name in os.listdir(test):
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(os.path.join(test, name)) as archive:
+                archive.extractall(test)
+    report = run(str(out), "/unused", "rod,vsod", f"--import_upstream={test}")
+    assert {i["kind"] for i in report["stand_ins"]["rod"]} == {
+        "builder_export", "miniature", "not_released_split"}
+
+
+def test_release_shaped_records_with_placeholder_answers_are_stand_ins(tmp_path):
+    """Records without our own fields (as a release-shaped copy strips them) but answering with
+    MVP-N's placeholders are still not the release's."""
+    from proactivebench_builder.core.config import KEEP_LIST, Selection
+    from proactivebench_builder.pipeline.commands.configure import imported_stand_ins
+
+    records = [dict(r, answer=f"Product {n % 44:04d}.") for n, r in
+               enumerate(mvpn_release_records())]
+    folder = write_release(tmp_path / "test", {MVPN: records}, {})
+    found = imported_stand_ins(folder, [MVPN], {MVPN: "mvpn"},
+                               Selection(mode=KEEP_LIST, keep_list="released"))
+    assert [i["kind"] for i in found["mvpn"]] == ["placeholders"]
+    assert "66 of 66 records answer with a placeholder" in found["mvpn"][0]["what"]
+    clean = write_release(tmp_path / "clean", {MVPN: mvpn_release_records()}, {})
+    assert imported_stand_ins(clean, [MVPN], {MVPN: "mvpn"},
+                              Selection(mode=KEEP_LIST, keep_list="released")) == {}
+    unfiltered = imported_stand_ins(clean, [MVPN], {MVPN: "mvpn"}, Selection())
+    assert [i["kind"] for i in unfiltered["mvpn"]] == ["not_released_split"]
+
+
+def test_the_card_says_upstream_release_only_without_stand_ins():
+    from proactivebench_builder.pipeline import dataset_card
+
+    stamp = {"origin": "upstream:abc"}
+    assert dataset_card.title({}, stamp) == "ProactiveBench (imported from the upstream release)"
+    other = {"rod": [{"kind": "not_released_split", "what": "x"}]}
+    assert dataset_card.title(other, stamp) == (
+        "ProactiveBench (imported from records other than the released split; not the "
+        "benchmark)")
+    assert dataset_card.about(other, stamp) == dataset_card.IMPORTED_OTHER
+    route2 = {"rod": [{"kind": "unverified", "what": "x"}, {"kind": "unfiltered", "what": "y"}]}
+    assert dataset_card.title(route2, {"origin": "built"}) == (
+        "ProactiveBench (rebuilt from unverified sources and an unfiltered pool; not the "
+        "benchmark)")
+
+
+def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, miniature_root,
+                                                                    capsys, hub_unreachable):
+    """Sources that are not the miniature (no marker), built without --verify_sources and
+    without a filter: build.json names both, the card does not say plain "(rebuilt)", and
+    publish --repo_id refuses it (issue 21, finding 5)."""
+    from proactivebench_builder.pipeline.miniature import MARKER
+
+    root = tmp_path / "sources"
+    shutil.copytree(os.path.join(miniature_root, "quickdraw"), root / "quickdraw")
+    os.remove(root / "quickdraw" / MARKER)
+    out = str(tmp_path / "out")
+    report = run(out, str(root), "quickdraw", "--no_train")
+    assert [i["kind"] for i in report["stand_ins"]["quickdraw"]] == ["unverified", "unfiltered"]
+    card = open(os.path.join(out, "README.md")).read()
+    assert "\n# ProactiveBench (rebuilt from unverified sources and an unfiltered pool; not the " \
+        "benchmark)\n" in card
+    capsys.readouterr()
+    assert cli.main(["publish", out, "--repo_id", "me/ProactiveBench"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "unverified sources (quickdraw)" in line and "an unfiltered pool (quickdraw)" in line
+
+
+def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, release, capsys):
+    """`evaluate --data <release>/test` plays what upstream's loader plays: the released keep
+    list (VSOD's extra pool records are left out), saying so in one line; --all_records plays
+    every record and says that it is not the released split (issue 21, finding 4)."""
+    from proactivebench_builder.runtime.cli import main as evaluate
+
+    def played(*extra) -> tuple[dict, str]:
+        results = tmp_path / f"results{len(extra)}.jsonl"
+        assert evaluate(["evaluate", "--data", release, "--model", "oracle", "--results",
+                         str(results), *extra]) == 0
+        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        counts = {c: sum(1 for r in lines if r["config"] == c) for c in (ROD, VSOD)}
+        return counts, capsys.readouterr().err
+
+    counts, err = played()
+    assert counts == {ROD: 88, VSOD: 42}
+    assert one_line(err).startswith(f"evaluate: {release} holds the release's records: playing "
+                                    "the released split")
+    counts, err = played("--all_records")
+    assert counts == {ROD: 88, VSOD: 42 + len(VSOD_EXTRA_IDS) - 1}  # less the weak clip
+    assert "playing every record of" in one_line(err) and "(--all_records)" in err
+
+
+def test_release_labels_notes_records_answering_with_placeholders(tmp_path, built_miniature,
+                                                                  capsys):
+    """Our own export's MVP-N records answer "Product 0000.": release_labels says they are not
+    the release's, before anything is written (issue 21, finding 9)."""
+    root = tmp_path / "sources"
+    for name in ("mvpn", "vsod"):
+        (root / name).mkdir(parents=True)
+    assert cli.main(["release_labels", "--release", os.path.join(built_miniature, "upstream"),
+                     "--sources_root", str(root), "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: 12 of 12 records answer with a placeholder (e.g. 'Product 0000.'): these are " \
+           "not the release's records" in out

@@ -200,7 +200,36 @@ def test_a_build_records_then_a_later_build_refuses_a_changed_source(miniature_r
     with open(frame, "ab") as handle:
         handle.write(b"\0")
     with pytest.raises(SystemExit, match="source verification failed \\(nothing was built\\)"
-                                         ":\n  vsod: changed: OcclusionDataSet-MM20/Data/test/"):
+                                         ": vsod: changed: OcclusionDataSet-MM20/Data/test/"):
         run(str(tmp_path / "out2"), root, "vsod", "--verify_sources", "--no_progress")
     assert not os.path.exists(tmp_path / "out2" / "reports")
     assert os.path.isfile(lock)
+
+
+def test_a_failed_record_writes_no_lock_and_says_so(miniature_root, tmp_path):
+    """Every folder is checked before any lock is written: VSOD (no pins) passes while COCO's
+    miniature fails its pins, and VSOD gets no lock a later build would trust; the message says
+    no lock was written, in one line (issue 21, finding 2)."""
+    root = str(tmp_path / "sources")
+    for name in ("vsod", "coco"):
+        shutil.copytree(os.path.join(miniature_root, name), os.path.join(root, name))
+    sources = {n: os.path.join(root, n) for n in ("coco", "vsod")}
+    problems, written = record_sources(sources)
+    assert problems and all(p.startswith("coco: ") for p in problems) and written == []
+    assert not os.path.exists(os.path.join(root, "vsod", source_lock.LOCK_NAME))
+    with pytest.raises(SystemExit) as raised:
+        run(str(tmp_path / "out"), root, "vsod,coco", "--verify_sources", "--record",
+            "--no_progress")
+    message = str(raised.value.code)
+    assert message.startswith("source verification failed (no lock file was written; nothing "
+                              "was built): coco: ") and "\n" not in message
+    assert not os.path.exists(os.path.join(root, "vsod", source_lock.LOCK_NAME))
+    assert not os.path.exists(tmp_path / "out" / "reports")
+
+
+def test_what_was_recorded_names_each_lock_written():
+    from proactivebench_builder.pipeline.commands.configure import what_was_recorded
+
+    assert what_was_recorded([], False) == "nothing was built"
+    assert what_was_recorded(["vsod: recorded 3 files (9 bytes) in x"], True) == (
+        "lock files were written only for vsod, whose folders passed; nothing was built")

@@ -37,6 +37,7 @@ from proactivebench_builder.pipeline.commands.output_folder import (
     check_output_folder, check_reachable)
 from proactivebench_builder.pipeline.commands.tables import filter_table, summary_table
 from proactivebench_builder.pipeline.commands.validate import validate_folder
+from proactivebench_builder.pipeline.dataset_card import stand_in_summary
 from proactivebench_builder.pipeline.folder_lock import BuildLock
 from proactivebench_builder.pipeline.local_runs import (
     LOCAL_RUNNERS, configure_runner, local_workers_apart_from_ctrl_c, quiet_worker_logs,
@@ -155,11 +156,19 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
     output = config.output
     run_pipeline(options, config, local, show_progress=show_progress)
     report = json.loads(fileio.read_bytes(fileio.join(output, BUILD_REPORT)))
+    if "scenarios" not in report:  # still the launcher's own "building" mark
+        raise BuildFailed(f"the workers' reports did not reach {output} as the launcher sees "
+                          "it: the workers wrote to a folder of their own (a local path on a "
+                          "cluster, memory://); give an --output that the launcher and every "
+                          "worker reach")
     filters = None
     if config.selection.mode != NO_FILTER:
         filters = json.loads(fileio.read_bytes(fileio.join(output, FILTER_REPORT)))
         check_filter_errors(filters["scenarios"], output)
     print(summary_table(report["scenarios"]))
+    if report.get("stand_ins"):  # the console says what the card's title says
+        LOG.info("not the benchmark: %s (README: Regenerating the benchmark)",
+                 stand_in_summary(report["stand_ins"]))
     if config.selection.predictions and config.train_sources:
         unused = unused_confidences(output, report.get("files", []),
                                     config.selection.predictions)
@@ -186,7 +195,9 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
 
 def check_filter_errors(scenarios: dict, output: str) -> None:
     """The pool step reports predictions or a keep-list that cannot filter its pool as a value
-    (filters/selection.py); the build then fails with those messages, naming the written pool."""
+    (filters/selection.py); the build then fails with those messages. The folder is then marked
+    failed, and nothing (evaluate, validate, publish) reads a failed folder's pool, so the way
+    on is said: build the pool first, without the filter."""
     failed = [f for _, f in sorted(scenarios.items()) if f.get("error")]
     coverage = [f["error"] for f in failed if f.get("error_kind") == "coverage"]
     errors = [f["error"] for f in failed if f.get("error_kind") != "coverage"]
@@ -194,7 +205,9 @@ def check_filter_errors(scenarios: dict, output: str) -> None:
         errors.append(coverage_message(coverage).replace("--data DIR", f"--data {output}"))
     if errors:
         raise BuildFailed("cannot filter: " + " ".join(errors) + " (nothing reached the test "
-                          f"split; the unfiltered pool is written in {output})")
+                          f"split, and {output} is marked failed, so nothing reads its pool: "
+                          "build the pool again without the filter, play or fix what the "
+                          "filter needs on it, then rebuild with the filter)")
 
 
 def check_bad_fraction(scenarios: dict, limit: float) -> None:

@@ -12,23 +12,23 @@ import os
 import yaml
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.cli import unknown_name
+from proactivebench_builder.core.cli import closest, unknown_name
 from proactivebench_builder.core.config import (
     KEEP_LIST, NO_FILTER, PREDICTIONS, BuildConfig, Selection, network_url)
 from proactivebench_builder.core.errors import (
     MissingPackage, ScenarioError, SourceError, UsageError)
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
-from proactivebench_builder.filters.coverage import check_before_work
+from proactivebench_builder.core.released import count_kept, released_counts
+from proactivebench_builder.filters.coverage import check_before_work, pool_setting_changes
 from proactivebench_builder.filters.leakage import (
-    RELEASED, KeepListError, count_kept, keep_list_problem, load_keep_list, released_count_problem,
-    released_counts)
+    RELEASED, KeepListError, keep_list_problem, load_keep_list, released_count_problem)
 from proactivebench_builder.filters.predictions import (
     PredictionsError, read_all_predictions, read_predictions, train_confidences,
     unknown_configs_problem)
 from proactivebench_builder.pipeline import __version__
 from proactivebench_builder.pipeline.import_upstream import (
-    fingerprint, present_configs, record_ids)
+    fingerprint, folder_stand_ins, present_configs, record_ids, template_folder)
 from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
@@ -54,9 +54,10 @@ def choose_scenarios(spec: str) -> dict:
         chosen = registered
     else:
         chosen = {}
-        for name in (s.strip() for s in spec.split(",") if s.strip()):
-            if name not in registered:
-                raise UsageError("--scenarios: " + unknown_name("scenario", name, registered)
+        for given in (s.strip() for s in spec.split(",") if s.strip()):
+            name = scenario_named(given, registered)
+            if name is None:
+                raise UsageError("--scenarios: " + unknown_name("scenario", given, registered)
                                  + f"; a scenario of your own is found through {PATH_VARIABLE}"
                                  "=FOLDER or an entry point (README: Adding a scenario)")
             chosen[name] = registered[name]
@@ -69,6 +70,15 @@ def choose_scenarios(spec: str) -> dict:
         raise UsageError(f"--scenarios {spec!r} names no scenario (known: "
                          f"{', '.join(registered)}, or all)")
     return chosen
+
+
+def scenario_named(given: str, registered: dict) -> str | None:
+    """The scenario a --scenarios name means: its own name, or any name `evaluate` takes for its
+    config (config name, table short name such as IN-C, declared aliases; any case)."""
+    if given in registered:
+        return given
+    config = config_aliases().get(given.lower())
+    return next((n for n, cls in registered.items() if cls.config_name == config), None)
 
 
 def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
@@ -215,12 +225,24 @@ def selection_settings(opts: BuildOptions, aliases: dict[str, str]) -> Selection
                     "--keep_list names upstream's sample ids, which only an imported upstream "
                     "release carries (--import_upstream DIR); a pool built from the raw sources "
                     "has its own ids. Filter a fresh pool with --predictions FILE instead.")
+            check_keep_list_keyword(opts.keep_list)
             load_keep_list(opts.keep_list)
     except (PredictionsError, KeepListError) as err:
         raise SystemExit(f"cannot filter: {err}") from None
-    return Selection(mode=mode, predictions=opts.predictions, keep_list=opts.keep_list,
+    # recorded absolute (filter.json, the card's stamp): a relative path means nothing elsewhere
+    return Selection(mode=mode, predictions=opts.predictions and absolute(opts.predictions),
+                     keep_list=opts.keep_list if opts.keep_list in (None, RELEASED)
+                     else absolute(opts.keep_list),
                      threshold=opts.filter_threshold, min_models=opts.min_models,
                      allow_partial=opts.allow_partial_predictions)
+
+
+def check_keep_list_keyword(spec: str) -> None:
+    """A keep list that is no file but looks like the keyword (`relased`): say which was meant."""
+    if spec != RELEASED and "://" not in spec and not os.path.exists(spec) and closest(
+            spec.lower(), [RELEASED]):
+        raise KeepListError(f"--keep_list {spec!r}: no such file; did you mean {RELEASED!r} "
+                            "(the published keep list)?")
 
 
 def check_keep_list(spec: str, configs, aliases: dict[str, str]) -> None:
@@ -243,6 +265,9 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
     if opts.import_upstream:
         folder = absolute(opts.import_upstream)
         check_readable_url("--import_upstream", folder)
+        if not fileio.folder_exists(folder):
+            raise UsageError(f"--import_upstream {folder}: no such folder (give the release's "
+                             "test/ folder: README, Regenerating the benchmark)")
         configs = present_configs(folder, {scenarios[n].config_name: n for n in scenarios})
         if not configs:
             inner = fileio.join(folder, "test")
@@ -251,6 +276,7 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
                     else "")
             raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
                              f"chosen scenarios there{hint}")
+        check_unzipped(folder, configs)
         if selection.keep_list == RELEASED:
             check_released_counts(folder, [scenarios[n].config_name for n in scenarios], configs)
         scenarios = {config_to_scenario[c]: scenarios[config_to_scenario[c]] for c in configs}
@@ -265,6 +291,7 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
             raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
                              f"{err.strerror or err}") from None
         selection = Selection(**{**selection.as_dict(), "origin": origin})
+        found_stand_ins = imported_stand_ins(folder, configs, config_to_scenario, selection)
     else:
         sources = resolve_sources(opts, scenarios)
         if not opts.no_train:
@@ -279,12 +306,17 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         "filter": {"mode": selection.mode, "threshold": selection.threshold,
                    "min_models": selection.min_models},
     }
+    for what in ("predictions", "keep_list"):  # said only when given: the default stamp is kept
+        if getattr(selection, what):
+            stamp["filter"][what] = getattr(selection, what)
     config = BuildConfig(
         seed=opts.seed, output=absolute(opts.output), scenarios=tuple(sorted(scenarios)),
         sources=sources, config_to_scenario=config_to_scenario, selection=selection,
         train_sources=train_sources, overrides=overrides,
         export_upstream=not opts.no_upstream_export, stamp=stamp,
-        stand_ins={} if imported else stand_ins(scenarios, sources, overrides, opts.seed),
+        stand_ins=found_stand_ins if imported else stand_ins(
+            scenarios, sources, overrides, opts.seed, verified=opts.verify_sources,
+            filtered=selection.mode != NO_FILTER),
         **imported)
     config = with_partial_update(config)
     if selection.mode == PREDICTIONS:
@@ -322,20 +354,84 @@ def check_released_counts(folder: str, chosen: list[str], present: list[str]) ->
                          + "; ".join(problems) + f"; {RELEASE_HINT}")
 
 
+NOT_RELEASED = {
+    NO_FILTER: "every record of the folder: without the released keep list (--keep_list "
+               "released) this is the whole pool, not the released split",
+    KEEP_LIST: "the records a keep list of your own keeps ({keep_list}), not the released keep "
+               "list: not the released split",
+    PREDICTIONS: "the records your predictions keep ({predictions}), not the released keep "
+                 "list: not the released split",
+}
+
+
+def imported_stand_ins(folder: str, configs: list[str], config_to_scenario: dict,
+                       selection: Selection) -> dict:
+    """scenario -> what in an import stands in for the benchmark: what the folder's records are
+    (pipeline.import_upstream.folder_stand_ins), and, unless the released keep list was applied
+    (its counts checked before), that the split is not the released one. So the card says
+    "imported from the upstream release" only of the released split of records that look like
+    the release's."""
+    try:
+        found = folder_stand_ins(folder, {c: config_to_scenario[c] for c in configs})
+    except OSError as err:
+        raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
+                         f"{err.strerror or err}") from None
+    if selection.keep_list != RELEASED:
+        what = NOT_RELEASED[selection.mode].format(**selection.as_dict())
+        for config in configs:
+            found.setdefault(config_to_scenario[config], []).append(
+                {"kind": "not_released_split", "what": what})
+    return found
+
+
+def check_unzipped(folder: str, configs: list[str]) -> None:
+    """The release ships its images as *.zip archives beside the JSONL files. Left zipped, every
+    record would become a dead letter ("missing frame file") after a full read: refused before
+    any work instead, naming the archives, when a folder the records' templates start in is
+    missing."""
+    archives = sorted(n for n in fileio.list_names(folder) if n.lower().endswith(".zip"))
+    if not archives:
+        return
+    try:
+        tops = [template_folder(folder, c) for c in configs]
+    except OSError:
+        return  # an unreadable JSONL: the fingerprint names it
+    missing = [top for top in tops if top and not fileio.exists(fileio.join(folder, top))]
+    if missing:
+        raise UsageError(f"--import_upstream {folder}: unzip the archives first: "
+                         f"{', '.join(archives)} (the records' images are in them: no "
+                         f"{', '.join(f'{m}/' for m in sorted(set(missing)))} in the folder "
+                         "yet): README, Regenerating the benchmark")
+
+
 MINIATURE = ("built from the bundled miniature source (a few generated items in the real "
              "layout), not the real dataset")
 
 
-def stand_ins(scenarios: dict, sources: dict, overrides: dict, seed: int) -> dict:
+UNVERIFIED = ("sources not verified against the manifests' pins (build with --verify_sources; "
+              "--verify_sources --record once to write their lock files)")
+UNFILTERED = ("no leakage filter: the test split is the whole unfiltered pool (filter it with "
+              "--predictions FILE: README, Regenerating the benchmark)")
+
+
+def stand_ins(scenarios: dict, sources: dict, overrides: dict, seed: int,
+              verified: bool = False, filtered: bool = False) -> dict:
     """scenario -> what its part of the build holds in place of the benchmark's own data: a
     miniature source (its marker file, whoever points at it), and the placeholders the scenario
     reports (`Scenario.placeholders`, e.g. MVP-N's class names), asked here, before any work;
-    a bad labels file is the build's one configuration error, raised now."""
+    a bad labels file is the build's one configuration error, raised now. A source that is not
+    a miniature is also a stand-in when this build did not verify it (`verified`: the pins and
+    lock files were checked) or applies no leakage filter (`filtered`); a miniature is not
+    the benchmark already, so those are not added to it (the default build says no more)."""
     found = {}
     for name, cls in sorted(scenarios.items()):
         items = []
         if fileio.exists(fileio.join(sources[name], MARKER)):
             items.append({"kind": "miniature", "what": MINIATURE})
+        else:
+            items += [{"kind": kind, "what": what} for kind, what, done in (
+                ("unverified", UNVERIFIED, verified), ("unfiltered", UNFILTERED, filtered))
+                if not done]
         scenario = cls(seed, sources[name])
         scenario.params.update(overrides.get(name, {}))
         items += [{"kind": "placeholders", "what": text} for text in scenario.placeholders()]
@@ -364,10 +460,30 @@ def with_partial_update(config: BuildConfig) -> BuildConfig:
 
 
 def check_predictions_cover_pool(config: BuildConfig) -> None:
-    """Before any work: the predictions cover what the filter will judge (filters/coverage.py)."""
+    """Before any work: the predictions cover what the filter will judge (filters/coverage.py),
+    and the build does not replace a finished build in its folder by one of another pool (a
+    slipped --seed would fail the filter only after the work, the folder's good build lost)."""
+    if not config.update:
+        changes = pool_setting_changes(config)
+        if changes:
+            raise SystemExit(
+                f"cannot filter: {config.output} holds a finished build whose pool this build "
+                f"would not make again: {'; '.join(changes)}. Predictions played on that pool "
+                "do not fit the pool of these settings, and the build would replace it: give "
+                "the folder's settings, or build into another --output (the folder is kept)")
     problem = check_before_work(read_predictions(config.selection.predictions), config)
     if problem:
         raise SystemExit(f"cannot filter: {problem}")
+
+
+def what_was_recorded(written: list[str], record: bool) -> str:
+    """The truth about the lock files of a failed verification: none, or exactly which."""
+    if not record:
+        return "nothing was built"
+    if not written:
+        return "no lock file was written; nothing was built"
+    return ("lock files were written only for " + ", ".join(w.split(":", 1)[0] for w in written)
+            + ", whose folders passed; nothing was built")
 
 
 def check_sources(config: BuildConfig, record: bool = False) -> None:
@@ -380,11 +496,10 @@ def check_sources(config: BuildConfig, record: bool = False) -> None:
         problems, written = record_sources(config.sources)
     else:
         problems, written = verify_sources(config.sources), []
-    if problems:
-        raise SystemExit("source verification failed (nothing was " +
-                         ("recorded or built" if record else "built") + "):\n  " +
-                         "\n  ".join(problems))
     for line in written:
         LOG.info("lock file %s", line)
+    if problems:
+        raise SystemExit(f"source verification failed ({what_was_recorded(written, record)}): "
+                         + "; ".join(problems))
     LOG.info("sources agree with their manifests' pins" +
              (" (lock files recorded)" if record else ""))

@@ -12,8 +12,11 @@ on a terminal. Archives the build reads unpacked are extracted safely (`core/ext
 Each failed file is one line on stderr; the others go on. Exit status: 0 when every file is in
 place and verified, 1 when any failed (run again: finished files are skipped and partial ones
 resumed), 2 for a mistake refused before any work (a misspelled flag, an unknown scenario, a
-sources root that is not a usable local folder, a disk too small for the published sizes),
-130 on Ctrl-C.
+sources root or source folder that is not a usable local folder, a disk too small for the
+published sizes), 3 when another fetch is writing one of the source folders (one fetch per
+folder: an flock on `<folder>/.proactivebench-fetch/fetch.lock`), 130 on Ctrl-C, 143 on
+SIGTERM, 129 on SIGHUP (every connection is cut at once; what was received stays in the partial
+files, resumed by the next run).
 
 Afterwards, `python run_pipeline.py --sources_root DIR --verify_sources --record` locks what
 was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
@@ -21,23 +24,31 @@ was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
 from __future__ import annotations
 
 import argparse
+import datetime
+import errno
+import json
 import os
+import re
 import shutil
+import socket
+import stat
 import sys
-import tempfile
 import threading
 import urllib.parse
+from collections import Counter
 
 from tqdm import tqdm
 
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
     unknown_name)
-from proactivebench_builder.core.download import Downloader, mirrored
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.download import STATE_DIR, Downloader, mirrored
+from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.pipeline.commands import subcommand
+from proactivebench_builder.pipeline.commands.output_folder import check_can_write
+from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
 from proactivebench_builder.pipeline.fetch_plan import (
-    SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
+    RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.pipeline.progress import enabled
 from proactivebench_builder.transforms import load_scenarios, manifest_of
 
@@ -45,6 +56,13 @@ HELP = "download the sources that have public URLs into --sources_root; print th
 
 PROG = "run_pipeline.py fetch"
 DEFAULT_JOBS = 4
+LOCK_FILE = "fetch.lock"  # in each source folder's .proactivebench-fetch/
+
+
+class FetchLocked(CommandError):
+    """Another fetch is writing one of the source folders (exit 3, as a locked build)."""
+    exit_code = 3
+    prefix = None
 
 
 def parser() -> CommandParser:
@@ -71,7 +89,8 @@ def parser() -> CommandParser:
                    help="wait before the first retry, doubled for each next one "
                         "(default: %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="give up on a connection silent for this long (default: %(default)s)")
+                   help="give up on a connection silent for this long, or slower than 1 kB/s "
+                        "over this long (it is retried, resuming; default: %(default)s)")
     p.add_argument("--no_train", action="store_true",
                    help="skip the files only the train split reads (`train_only` in the manifests)")
     p.add_argument("--remove_archives", action="store_true",
@@ -144,16 +163,7 @@ def local_folder(flag: str, value: str) -> str:
     path = os.path.abspath(os.path.expanduser(value))
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {value} is a file, not a folder")
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise UsageError(f"{flag} {value} cannot be created: {existing} is a file")
-    try:  # a real probe: os.access says yes to root on a read-only file system
-        tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
-    except OSError as err:
-        raise UsageError(f"{flag} {value} cannot be written: {existing}: "
-                         f"{err.strerror or err}") from None
+    check_can_write(flag, value, path)
     return path
 
 
@@ -173,19 +183,33 @@ def folders_of(args, plans: dict) -> tuple[str, dict[str, str]]:
 def check_mirror(mirror: str | None) -> None:
     if mirror is None:
         return
-    parts = urllib.parse.urlsplit(mirror)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+    try:
+        parts = urllib.parse.urlsplit(mirror)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
         raise UsageError(f"--mirror {mirror}: expected an http(s) URL such as "
                          f"http://127.0.0.1:8000/mirror")
 
 
-def check_space(jobs: list, root: str) -> None:
-    """Refuse when the files whose sizes are published do not fit (archives count twice: they
-    are kept and extracted)."""
+def expected_size(spec, approx: dict) -> tuple[int | None, bool]:
+    """(bytes, whether approximate) of a file to fetch: its published size, else the
+    manifest's approximate one (ImageNet-C's publisher gives none in bytes), else (None, False)."""
+    if spec.size:
+        return spec.size, False
+    found = approx.get(spec.path)
+    return found, found is not None
+
+
+def check_space(jobs: list, root: str, approx: dict) -> None:
+    """Refuse when the files whose sizes are known (published, or approximate) do not fit
+    (archives count twice: they are kept and extracted)."""
     needed = 0
     for folder, spec in jobs:
-        if spec.size and not os.path.exists(os.path.join(folder, *spec.path.split("/"))):
-            needed += spec.size * (2 if spec.extract else 1)
+        size, _ = expected_size(spec, approx.get(folder, {}))
+        if size and not os.path.exists(os.path.join(folder, *spec.path.split("/"))):
+            needed += size * (2 if spec.extract else 1)
     if not needed:
         return
     existing = root
@@ -194,8 +218,8 @@ def check_space(jobs: list, root: str) -> None:
     free = shutil.disk_usage(existing).free
     if needed > free:
         raise UsageError(f"--sources_root {root}: the files to fetch need at least "
-                         f"{_size(needed)} (published sizes, archives counted with their "
-                         f"contents), {_size(free)} is free")
+                         f"{_size(needed)} (published or approximate sizes, archives counted "
+                         f"with their contents), {_size(free)} is free")
 
 
 # ---- the command -----------------------------------------------------------------------------
@@ -206,24 +230,31 @@ def fetch_command(argv: list[str]) -> int:
     check_mirror(args.mirror)
     plans = chosen(load_plans(), args.scenarios)
     root, folders = folders_of(args, plans)
-    jobs, owners = [], []
+    jobs, owners, approx = [], [], {}
     for name, source_plan in plans.items():
         for planned in source_plan.files:
             if args.no_train and planned.train_only:
                 continue
             jobs.append((folders[name], planned.spec))
             owners.append(name)
+            if planned.approx_size:
+                approx.setdefault(folders[name], {})[planned.spec.path] = planned.approx_size
     if args.dry_run:
-        return dry_run(plans, folders, jobs, owners, root, args.mirror)
-    check_space(jobs, root)
-    for folder in sorted({folder for folder, _ in jobs}):  # not for manual-only sources: the
-        os.makedirs(folder, exist_ok=True)                 # build names a missing folder
-    if jobs:
-        print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
-              + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
-    outcomes = download(jobs, owners, args)
+        return dry_run(plans, folders, jobs, owners, root, args.mirror, approx)
+    check_space(jobs, root, approx)
+    written = sorted({folder for folder, _ in jobs})  # not for manual-only sources: the build
+    for folder in written:                             # names a missing folder
+        make_source_folder(folder)
+    with FolderLocks(written):
+        if jobs:
+            print(f"fetch: {len(jobs)} files of {', '.join(sorted(set(owners)))} into {root}"
+                  + (f" (through {args.mirror})" if args.mirror else ""), flush=True)
+        outcomes = download(jobs, owners, args)
+        lists = write_lists(plans, folders)
     failed = [o for o in outcomes if o.status == "failed"]
-    lists = write_lists(plans, folders)
+    unreachable = unreachable_summary(failed)
+    if unreachable:
+        print(f"{PROG}: FAILED {unreachable}", file=sys.stderr)
     manual = print_manual_steps(plans, folders, root, lists)
     fetched = sum(o.status == "fetched" for o in outcomes)
     print(f"fetch: {fetched} fetched, {len(outcomes) - fetched - len(failed)} already in place "
@@ -233,12 +264,115 @@ def fetch_command(argv: list[str]) -> int:
         print(f"fetch: run the same command again to retry the {len(failed)} failed file(s); "
               f"finished files are skipped, partial ones resumed", file=sys.stderr)
         return 1
-    complete = [n for n, p in plans.items() if not p.manual]
-    if complete:
-        print(f"next: python run_pipeline.py --sources_root {root} --scenarios "
-              f"{','.join(complete)} --verify_sources --record (locks the size and sha256 of "
-              f"every file, then builds; later --verify_sources builds check them)")
+    when = " (once the manual steps above are done)" if manual else ""
+    print(f"\nnext{when}: {next_steps(plans, root)}")
     return 0
+
+
+# A download that could not reach its host: "<path>: cannot connect (<reason>; <url>) ...".
+CANNOT_CONNECT = re.compile(r"cannot connect \((?P<reason>.*); (?P<url>\S+)\)")
+
+
+def unreachable_host(outcome) -> str | None:
+    """The host a failed download could not connect to, None for any other outcome. Such
+    failures are said once for all (`unreachable_summary`): offline, every file fails alike."""
+    found = CANNOT_CONNECT.search(outcome.message) if outcome.status == "failed" else None
+    return (urllib.parse.urlsplit(found["url"]).hostname or found["url"]) if found else None
+
+
+def unreachable_summary(failed: list) -> str | None:
+    """'346 files: cannot connect to storage.googleapis.com (345), github.com (1) ...', one
+    line, or None when every failure reached its host."""
+    hosts = Counter(h for h in map(unreachable_host, failed) if h)
+    if not hosts:
+        return None
+    first = next(CANNOT_CONNECT.search(o.message)["reason"] for o in failed
+                 if unreachable_host(o))
+    return (f"{sum(hosts.values())} files: cannot connect to "
+            + ", ".join(f"{h} ({n})" for h, n in hosts.most_common())
+            + f" (no network, or the host is down? e.g. {first})")
+
+
+def make_source_folder(folder: str) -> None:
+    """Create a source folder, refused in one line (before any download) when something that
+    is not a folder is in its place."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        what = "a link to nothing" if os.path.islink(folder) else "a file"
+        raise UsageError(f"{folder} is {what}, not a folder (move it away, or fetch this "
+                         f"source elsewhere with --source SCENARIO=DIR)")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{folder} cannot be made: {err.strerror or err}") from None
+    bookkeeping = os.path.join(folder, STATE_DIR)
+    if os.path.lexists(bookkeeping) and (os.path.islink(bookkeeping)
+                                         or not os.path.isdir(bookkeeping)):
+        raise UsageError(f"{bookkeeping} is not fetch's folder (a link or a file); remove it")
+
+
+class FolderLocks:
+    """`with FolderLocks(folders):` the only fetch writing these source folders; raises
+    FetchLocked naming the holder otherwise. Each is an `fcntl.flock` on
+    `<folder>/.proactivebench-fetch/fetch.lock`, which the kernel releases when the holder ends
+    however it ends (a lock is never stale); the file names its holder for the message."""
+
+    def __init__(self, folders):
+        self.folders = list(folders)
+        self.fds: list[int] = []
+
+    def __enter__(self):
+        try:
+            for folder in self.folders:
+                self.fds.append(self._take(folder))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _take(self, folder: str) -> int:
+        import fcntl  # POSIX only: imported where a local lock is taken
+
+        path = os.path.join(folder, STATE_DIR, LOCK_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENXIO):
+                raise UsageError(f"{path} is not fetch's lock file (a link or a FIFO); remove "
+                                 f"it") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{path} is not fetch's lock file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except (ValueError, RecursionError):
+                holder = {}
+            os.close(fd)
+            if not isinstance(holder, dict):
+                holder = {}
+            raise FetchLocked(f"another fetch is writing {folder}: pid {holder.get('pid')} on "
+                              f"{holder.get('host')} since {holder.get('since')}; run this one "
+                              f"when it ends") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds")}).encode(), 0)
+        return fd
+
+    def __exit__(self, *exc):
+        while self.fds:
+            fd = self.fds.pop()
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            os.close(fd)  # closing the descriptor releases the flock
+        return False
 
 
 def download(jobs: list, owners: list, args) -> list:
@@ -258,9 +392,11 @@ def download(jobs: list, owners: list, args) -> list:
             bar.refresh()
 
     def done(outcome) -> None:
+        if outcome.status == "interrupted":  # Ctrl-C, SIGTERM: the command says it once
+            return
         name = owner_of[(outcome.folder, outcome.path)]
         with lock:
-            if outcome.status == "failed":
+            if outcome.status == "failed" and not unreachable_host(outcome):
                 message = outcome.message.removeprefix(f"{outcome.path}: ")
                 tqdm.write(f"{PROG}: FAILED {name}/{outcome.path}: {message}", file=sys.stderr)
             elif outcome.status == "fetched":
@@ -276,7 +412,8 @@ def download(jobs: list, owners: list, args) -> list:
     downloader = Downloader(mirror=args.mirror, retries=args.retries,
                             retry_wait=args.retry_wait, timeout=args.timeout,
                             rehash=args.rehash, remove_archives=args.remove_archives,
-                            on_bytes=received, on_total=grow, on_done=done)
+                            reserved=RESERVED_NAMES, on_bytes=received, on_total=grow,
+                            on_done=done)
     try:
         return downloader.fetch_all(jobs, workers=args.jobs)
     finally:
@@ -316,26 +453,41 @@ def print_manual_steps(plans: dict, folders: dict, root: str, lists: dict) -> in
         elif source_plan.manual_list:
             print(f"({source_plan.manual_list['write']} is written once the files it is made "
                   f"from are fetched)")
-    if shown:
-        print(f"\nThen lock what you have: python run_pipeline.py --sources_root {root} "
-              f"--scenarios {','.join(n for n, p in plans.items() if p.manual)} "
-              f"--verify_sources --record\n")
     return shown
 
 
-def dry_run(plans, folders, jobs, owners, root, mirror) -> int:
-    total, unknown = 0, 0
+def next_steps(plans: dict, root: str) -> str:
+    """What comes after fetching, as README's route 2 says (one line): the labels only the
+    release holds, for the scenarios that need them, then one build that verifies and locks
+    every fetched source (all of them, so none is left unrecorded) into its own --output."""
+    registered = load_scenarios()
+    needing = [n for n in plans if n in registered and needs_release_labels(registered[n])]
+    labels = (f"python run_pipeline.py release_labels --release RELEASE/test --sources_root "
+              f"{root} (the labels of {', '.join(needing)} exist only in the release's records; "
+              "README, Regenerating the benchmark), then " if needing else "")
+    return (f"{labels}python run_pipeline.py --sources_root {root} --scenarios "
+            f"{','.join(plans)} --verify_sources --record --output OUTPUT (locks the size and "
+            "sha256 of every file, then builds; later --verify_sources builds check them)")
+
+
+def dry_run(plans, folders, jobs, owners, root, mirror, approx: dict) -> int:
+    total, about, unknown = 0, 0, 0
     for (folder, spec), name in zip(jobs, owners):
         present = os.path.exists(os.path.join(folder, *spec.path.split("/")))
-        size = _size(spec.size) if spec.size else "size unknown"
-        if spec.size:
-            total += spec.size
-        else:
+        size, approximate = expected_size(spec, approx.get(folder, {}))
+        shown = ("size unknown" if size is None else
+                 f"~{_size(size)} (approximate)" if approximate else _size(size))
+        if size is None:
             unknown += 1
+        elif approximate:
+            about += size
+        else:
+            total += size
         extract = ", extract" if spec.extract else ""
         state = "present (verified when run)" if present else "to fetch"
-        print(f"{name}/{spec.path}: {state}, {size}{extract} <- {mirrored(spec.url, mirror)}")
+        print(f"{name}/{spec.path}: {state}, {shown}{extract} <- {mirrored(spec.url, mirror)}")
     print(f"fetch --dry_run: {len(jobs)} files, {_size(total)} published"
+          + (f" + ~{_size(about)} approximate" if about else "")
           + (f" + {unknown} of unknown size" if unknown else "") + "; nothing was downloaded")
     print_manual_steps(plans, folders, root, {})
     return 0

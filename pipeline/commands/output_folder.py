@@ -50,13 +50,19 @@ def check_output_folder(output: str) -> None:
     if foreign:
         raise UsageError(f"--output {output} holds files no build wrote (e.g. {foreign!r}) and "
                          "no reports/build.json; give a new or empty folder, or one a build wrote")
+    check_can_write("--output", output, path)
+
+
+def check_can_write(flag: str, value: str, path: str) -> None:
+    """The local folder `path` (given as `flag value`) exists or can be created, and can be
+    written: refused in one line otherwise, before any work."""
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise UsageError(f"--output {output} cannot be created: {existing} is a file")
+        raise UsageError(f"{flag} {value} cannot be created: {existing} is a file")
     try:  # a real probe: os.access says yes to root on a read-only file system
         tempfile.TemporaryDirectory(dir=existing, prefix=".write-probe-").cleanup()
     except OSError as err:
-        raise UsageError(f"--output {output} cannot be written: {existing}: "
+        raise UsageError(f"{flag} {value} cannot be written: {existing}: "
                          f"{err.strerror or err}") from None

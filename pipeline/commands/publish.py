@@ -15,7 +15,7 @@ import sys
 
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
-from proactivebench_builder.pipeline import publish
+from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
@@ -62,14 +62,23 @@ def parser() -> CommandParser:
                         "folder, removed afterwards); needs room for the archives")
     p.add_argument("--allow_stand_ins", action="store_true",
                    help="publish to the Hub a build that build.json marks as not the benchmark "
-                        "(built from miniature sources, or holding placeholder labels); its "
-                        "card says so. Without it such a build is refused for --repo_id")
+                        "(built from miniature sources or unverified sources, holding placeholder "
+                        "labels or an unfiltered pool, or imported from other than the released "
+                        "split); its card says so. Without it such a build is refused for "
+                        "--repo_id")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
 
 def target_of(args: argparse.Namespace):
     if args.repo_id:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id  # Hub only
+
+        try:  # the Hub's own rule, before any request (its error would be a traceback later)
+            validate_repo_id(args.repo_id)
+        except HFValidationError:
+            raise publish.PublishError(f"--repo_id {args.repo_id}: not a Hub repository id "
+                                       "(OWNER/NAME, letters, digits, '-', '_', '.')") from None
         return publish.HubTarget(args.repo_id, revision=args.revision, create=args.create,
                                  private=args.private)
     if args.create or args.private or args.revision:
@@ -97,17 +106,6 @@ def stand_ins(folder: str) -> dict:
     return report.get("stand_ins") or {}
 
 
-def stand_in_summary(found: dict) -> str:
-    """'miniature sources (changeit, coco); placeholders (mvpn, vsod)'"""
-    by_kind: dict[str, list[str]] = {}
-    for name, items in sorted(found.items()):
-        for item in items:
-            by_kind.setdefault(item.get("kind", "?"), []).append(name)
-    words = {"miniature": "miniature sources", "placeholders": "placeholder labels"}
-    return "; ".join(f"{words.get(k, k)} ({', '.join(sorted(set(v)))})"
-                     for k, v in sorted(by_kind.items()))
-
-
 def check_stand_ins(args) -> None:
     """A toy or placeholder build must not reach the Hub under the benchmark's name unasked:
     refused for --repo_id (one line) unless --allow_stand_ins; a folder target, or a dry run,
@@ -115,7 +113,7 @@ def check_stand_ins(args) -> None:
     found = stand_ins(args.folder)
     if not found:
         return
-    what = (f"{args.folder} is not the benchmark: {stand_in_summary(found)}; its card and "
+    what = (f"{args.folder} is not the benchmark: {dataset_card.stand_in_summary(found)}; its card and "
             "reports/build.json say so")
     if args.repo_id and not args.dry_run and not args.allow_stand_ins:
         raise publish.PublishError(

@@ -70,6 +70,19 @@ def needs_release_labels(cls) -> bool:
     return cls.labels_from_release.__func__ is not Scenario.labels_from_release.__func__
 
 
+def placeholder_answers(cls, records) -> str | None:
+    """A note when the records answer with the builder's own placeholders (e.g. "Product
+    0041."): they are a builder's export, not the release, and the labels written from them
+    are placeholders again (the build says so too, later)."""
+    found = [r.get("answer") for _, r in records
+             if isinstance(r, dict) and cls.is_placeholder_answer(r.get("answer"))]
+    if not found:
+        return None
+    return (f"{len(found):,} of {len(records):,} records answer with a placeholder (e.g. "
+            f"{found[0]!r}): these are not the release's records, and what is written from "
+            "them is no label of the release")
+
+
 def chosen_scenarios(spec: str) -> dict:
     registered = load_scenarios()
     candidates = {n: c for n, c in registered.items() if needs_release_labels(c)}
@@ -122,7 +135,7 @@ def read_records(url: str) -> tuple[list[tuple[int, dict]], int, str]:
             continue
         try:
             records.append((number, json.loads(line)))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than json reads
             bad += 1
     name = url.rstrip("/").rsplit("/", 1)[-1]
     return records, bad, f"{name}, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
@@ -158,6 +171,9 @@ def release_labels_command(argv: list[str]) -> int:
         labels = cls.labels_from_release(records, source)
         if bad:
             labels.problems.insert(0, f"{bad} lines are not JSON")
+        placeholders = placeholder_answers(cls, records)
+        if placeholders:
+            labels.problems.insert(0, placeholders)
         derived[name] = labels
     # refuse before writing anything: a file written by hand is not replaced unasked
     clashes = []

@@ -18,8 +18,10 @@ import sys
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 from PIL import Image
 
 from proactivebench_builder.core.conformance import CATEGORIES
@@ -31,10 +33,6 @@ from proactivebench_builder.runtime.episodes import run_episode
 from proactivebench_builder.runtime.models import Model, ModelError, reply_text
 from proactivebench_builder.runtime.policies import POLICIES
 
-FUZZ = settings(max_examples=int(os.environ.get("PB_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize=os.environ.get("PB_FUZZ_RANDOM") is None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-2 ** 70, max_value=2 ** 70),

@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.layout import BUILD_REPORT, CARD
@@ -27,10 +29,6 @@ from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline import publish
 from proactivebench_builder.pipeline.commands import validate
 
-EXAMPLES = int(os.environ.get("PB_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
@@ -274,3 +272,53 @@ def test_values_the_step_checks_cannot_take_are_problem_lines(first_rows, config
     problems = validate.row_problems(dict(first_rows[config], **change), config)
     assert_problem_lines(problems)
     assert problems
+
+
+# ---- the previous build's reports an update reads, and a release's JSONL ids ---------------------
+
+JSON_LINES = st.lists(st.one_of(JSON.map(lambda v: json.dumps(v).encode()),
+                                st.binary(max_size=40)), max_size=6).map(b"\n".join)
+
+
+@FUZZ
+@given(dead=JSON_LINES, filters=st.one_of(JSON.map(lambda v: json.dumps(v).encode()),
+                                          st.binary(max_size=60)))
+@example(dead=b"[" * 50000, filters=b"[1]")
+@example(dead=b'{"scenario": "a", "path": "p", "reason": "r", "key": null}', filters=b"{}")
+def test_the_previous_reports_of_an_update_are_read_or_refused_in_one_line(tmp_path_factory,
+                                                                           dead, filters):
+    """partial_rebuild's readers of reports/dead_letters.jsonl and reports/filter.json (which
+    no digest covers): dead letters of the builder's shape or a dict, else UpdateRefused in one
+    line."""
+    from proactivebench_builder.core.layout import DEAD_LETTERS, FILTER_REPORT
+    from proactivebench_builder.pipeline import partial_rebuild
+
+    output = str(tmp_path_factory.mktemp("update"))
+    os.makedirs(os.path.join(output, "reports"))
+    for name, data in ((DEAD_LETTERS, dead), (FILTER_REPORT, filters)):
+        with open(os.path.join(output, name), "wb") as handle:
+            handle.write(data)
+    for read in (partial_rebuild.previous_dead_letters,
+                 lambda o: partial_rebuild.read_json(o, FILTER_REPORT)):
+        try:
+            value = read(output)
+        except partial_rebuild.UpdateRefused as err:
+            assert "\n" not in str(err)
+            continue
+        assert isinstance(value, (list, dict))
+
+
+@FUZZ
+@given(lines=JSON_LINES)
+@example(lines=b"[" * 100000)
+@example(lines=b'{"id": 1e400}\n{"id": "x"}\n[1]\n{"id": 3}')
+def test_the_ids_of_a_release_jsonl_are_counted_or_skipped(tmp_path_factory, lines):
+    """import_upstream.record_ids (what --keep_list released counts before any work): any line
+    is an (id, strong_occlusions) pair or skipped, never an exception."""
+    from proactivebench_builder.pipeline import import_upstream
+
+    folder = str(tmp_path_factory.mktemp("release"))
+    with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
+        handle.write(lines)
+    found = import_upstream.record_ids(folder, "QuickDraw")
+    assert all(isinstance(i, int) for i, _ in found)

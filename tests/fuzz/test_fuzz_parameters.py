@@ -26,8 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from conftest import EXTRA_SCENARIO_DIR
 from proactivebench_builder.core import manifests
@@ -38,10 +40,6 @@ from proactivebench_builder.filters.predictions import (
 from proactivebench_builder.pipeline.commands.configure import parameter_overrides
 from proactivebench_builder.transforms import config_aliases, load_scenarios, manifest_of
 
-EXAMPLES = int(os.environ.get("PB_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
 SCRATCH = tempfile.mkdtemp(prefix="pb-fuzz-parameters-")
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 

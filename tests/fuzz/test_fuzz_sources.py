@@ -30,18 +30,15 @@ import tarfile
 import tempfile
 import tracemalloc
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from fuzz_budget import FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.errors import BadItem, SourceError
 from proactivebench_builder.transforms import get_scenario, manifest_of
 
-LONG_RUN = "PB_FUZZ_EXAMPLES" in os.environ
-FUZZ = settings(max_examples=int(os.environ.get("PB_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize=not LONG_RUN, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
 WORK = tempfile.mkdtemp(prefix="pb-fuzz-sources-")
 
 
@@ -626,8 +623,9 @@ def test_upstream_import_record(data):
 
     from proactivebench_builder.core.config import BuildConfig
     from proactivebench_builder.core.records import arrow_schema
+    from proactivebench_builder.core.fileio import numbered_lines
     from proactivebench_builder.pipeline.import_upstream import (
-        ImportRecord, ReadRecords, numbered_lines)
+        MAX_LINE_BYTES, ImportRecord, ReadRecords)
 
     folder = _upstream_folder()
     config = BuildConfig(seed=0, output="/unused", scenarios=("quickdraw",),
@@ -637,7 +635,7 @@ def test_upstream_import_record(data):
     with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
         handle.write(data + b"\n")
     elements = list(ReadRecords(config).process("QuickDraw"))
-    assert len(elements) == len(list(numbered_lines(io.BytesIO(data + b"\n"))))
+    assert len(elements) == len(list(numbered_lines(io.BytesIO(data + b"\n"), MAX_LINE_BYTES)))
     for element in elements:
         with peak_memory(64 << 20):
             values = list(ImportRecord(config).process(element))

@@ -263,7 +263,11 @@ class ChangeIt(Scenario):
                       f"{self.params['video_dir']}/{category}/{video_id}")
 
     def _check_video(self, url: str, item: dict) -> None:
-        reader = VideoReader(self.inside_root(url))  # checked before OpenCV opens it
+        try:
+            reader = VideoReader(self.inside_root(url))  # checked before OpenCV opens it
+        except OSError as err:  # a FIFO, a device, a folder, unreadable: never decoded
+            raise BadItem(f"unreadable video: {err.strerror or err}", self.relative(url)) \
+                from None
         try:
             self._check_opened_video(reader, item)
         finally:

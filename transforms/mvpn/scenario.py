@@ -163,6 +163,10 @@ class MVPN(Scenario):
             raise ManifestError(f"mvpn: {filename} is not a mapping of class folder -> name")
         return {str(k): str(v) for k, v in table.items()}
 
+    @classmethod
+    def is_placeholder_answer(cls, answer) -> bool:
+        return isinstance(answer, str) and release.is_placeholder(answer.strip().rstrip("."))
+
     def placeholders(self) -> list[str]:
         shown = [c for c in self.classes if release.is_placeholder(self.class_names.get(c, ""))]
         if not shown:

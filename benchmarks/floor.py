@@ -24,7 +24,7 @@ import tarfile
 import time
 from collections import Counter, defaultdict
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.images import check_image
 
 
@@ -39,10 +39,10 @@ def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> d
         refs, rows = [], 0
         for unit in scenario.list_units():
             for value in scenario.read_unit(unit):
-                if value["kind"] != "candidate":
+                if not isinstance(value, results.Candidate):
                     continue
                 try:
-                    row = scenario.build_sample(value["key"], value["item"])
+                    row = scenario.build_sample(value.key, value.item)
                 except Exception:  # noqa: BLE001 - a dead letter in the build too
                     continue
                 rows += 1
@@ -51,14 +51,40 @@ def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> d
         if train and scenario.has_train_split:
             for unit in scenario.list_train_units():
                 for value in scenario.read_train_unit(unit):
-                    if value["kind"] == "candidate":
+                    if isinstance(value, results.Candidate):
                         try:
-                            example = scenario.build_train_example(value["key"], value["item"])
+                            example = scenario.build_train_example(value.key, value.item)
                         except Exception:  # noqa: BLE001
                             continue
                         train_refs.append(example["image_ref"])
         plan[name] = {"root": root, "rows": rows, "refs": refs, "train_refs": train_refs}
     return plan
+
+
+def cached_plan(workdir: str, corpus_root: str, sources: dict[str, str]) -> dict:
+    """`plan_frames` of a corpus, kept in `workdir` (it runs every scenario's reading and
+    building once, about as long as the floor itself: minutes at full scale), keyed by the
+    corpus (its real path) and this file. Not by the scenarios' code, which changes far more
+    often than which frames a corpus gives: `run.py` compares the plan's sample counts with
+    every build's and reports a mismatch, and `--replan` makes the plan again."""
+    import hashlib
+    import pickle
+
+    digest = hashlib.sha256(os.path.realpath(corpus_root).encode())
+    with open(__file__, "rb") as handle:
+        digest.update(handle.read())
+    cache = os.path.join(workdir, f"plan-{digest.hexdigest()[:16]}.pickle")
+    if os.path.exists(cache) and not REPLAN:
+        with open(cache, "rb") as handle:
+            return pickle.load(handle)
+    plan = plan_frames(sources)
+    with open(cache + ".tmp", "wb") as handle:
+        pickle.dump(plan, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(cache + ".tmp", cache)
+    return plan
+
+
+REPLAN = False  # set by run.py --replan
 
 
 def frame_counts(plan: dict) -> dict:
@@ -74,11 +100,13 @@ def run_floor(plan: dict, seed: int = 0) -> dict:
     timings = {}
     for name, p in sorted(plan.items()):
         scenario = scenarios[name](seed, p["root"])
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if name == "quickdraw":
             parse_ndjson(scenario)
         frames = process_refs(scenario, p["refs"] + p["train_refs"])
-        timings[name] = {"seconds": time.perf_counter() - start, "frames": frames}
+        # CPU time too: on a shared machine it moves far less than wall time
+        timings[name] = {"seconds": time.perf_counter() - start,
+                         "cpu_s": time.process_time() - cpu, "frames": frames}
     return timings
 
 

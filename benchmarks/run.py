@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import corpus, floor, measure  # noqa: E402
+from benchmarks import corpus, floor, measure, stage_profile  # noqa: E402
 
 TARGETS = {"ratio": 1.5, "time_exponent": 1.1, "memory_growth": 0.20}
 
@@ -54,6 +54,13 @@ def parse_args(argv):
                              "(default: %(default)s).")
     parser.add_argument("--workers", type=int, default=2,
                         help="--direct_num_workers of the build (default: %(default)s).")
+    parser.add_argument("--replan", action="store_true",
+                        help="Make the frame plan of each corpus again (it is cached in the "
+                             "workdir, keyed by the corpus; a plan whose sample counts differ "
+                             "from a build's is reported as a mismatch).")
+    parser.add_argument("--no_profile", action="store_true",
+                        help="Run the build as run_pipeline.py alone, without the per-stage "
+                             "profile's recorders (benchmarks/stage_profile.py).")
     parser.add_argument("--build_args", default="",
                         help="Extra flags for the build, space-separated (e.g. '--no_train').")
     parser.add_argument("--rod_side", type=int, default=corpus.DEFAULTS["rod_side"],
@@ -80,13 +87,15 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
     log("corpus ...")
     root = corpus.ensure_corpus(args.workdir, fraction, settings)
     log(f"corpus at {root}; planning frames ...")
-    plan = floor.plan_frames(sources_of(root))
+    floor.REPLAN = args.replan
+    plan = floor.cached_plan(args.workdir, root, sources_of(root))
     counts = floor.frame_counts(plan)
     frames = sum(c["frames"] + c["train_frames"] for c in counts.values())
     log(f"{frames} frames; floor loop x{args.repeat} ...")
     timings = fastest_floor([floor.run_floor(plan) for _ in range(args.repeat)])
     cores = floor.cores()
     floor_s = sum(t["seconds"] for t in timings.values()) / cores
+    floor_cpu_s = sum(t.get("cpu_s", t["seconds"]) for t in timings.values())
     builds = {}
     for mode in args.modes:
         runs, failures = [], []
@@ -96,7 +105,10 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
             log_path = os.path.join(args.workdir, f"build-{fraction:g}-{mode}-{attempt + 1}.log")
             try:
                 runs.append(measure.run_build(root, out, log_path, mode, args.workers,
-                                              args.build_args.split()))
+                                              args.build_args.split(),
+                                              profile=not args.no_profile))
+                if runs[-1].get("profile"):
+                    print(stage_profile.format_profile(runs[-1]["profile"]), flush=True)
             except RuntimeError as err:  # a failed build is a finding, not a crash of the bench
                 failures.append({"log": log_path, "error": failure_line(log_path)})
                 log(f"build FAILED: {err}: {failures[-1]['error']}")
@@ -113,10 +125,14 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
         "counts": counts, "frames": frames,
         "samples": sum(c["samples"] for c in counts.values()),
         "floor": {"single_process_s": floor_s * cores, "cores": cores, "floor_s": floor_s,
+                  "cpu_s": floor_cpu_s,
                   "per_scenario": timings, "kinds": floor.kinds(plan)},
         "build": build, "builds": builds,
         "frames_per_s": frames / build["wall_s"],
         "ratio": build["wall_s"] / floor_s,
+        # the build's CPU time over the floor's: the overhead of the work itself, apart from
+        # waiting (idle cores, the disk) and from other work on a shared machine
+        "cpu_ratio": build["cpu_s"] / floor_cpu_s,
     }
     mismatch = {n: (c["samples"], build["samples"].get(n)) for n, c in counts.items()
                 if build["samples"].get(n) != c["samples"]}
@@ -145,6 +161,9 @@ def summarize_runs(runs: list[dict]) -> dict:
     best = dict(min(runs, key=lambda r: r["wall_s"]))
     best["wall_s_runs"] = [r["wall_s"] for r in runs]
     best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    best["peak_rss_by_role_runs"] = [
+        {role: peak for role, peak in (r.get("profile") or {}).get("peak_rss", {}).items()}
+        for r in runs]
     return best
 
 
@@ -186,17 +205,28 @@ def verdict(results: list[dict], trend: dict) -> dict:
     return checks
 
 
+def role_peaks(build: dict) -> str:
+    """The driver's and each worker's own peak (each at its own moment), in MiB."""
+    peaks = (build.get("profile") or {}).get("peak_rss") or {}
+    roles = ["driver"] + sorted(r for r in peaks if r.startswith("worker"))
+    return "/".join(f"{peaks[r] / 2**20:.0f}" for r in roles if r in peaks) or "-"
+
+
 def table(results: list[dict], trend: dict) -> str:
-    header = ("fraction", "samples", "frames", "build s", "frames/s", "floor s", "build/floor",
-              "peak MiB", "CPU s")
+    header = ("fraction", "samples", "frames", "build s", "frames/s", "floor s", "floor CPU s",
+              "build/floor",
+              "peak MiB", "driver/workers MiB", "CPU s", "cores busy", "CPU/floor CPU")
     rows = [header]
     for r in results:
         floor_s = r["floor"]["floor_s"]
         for mode, b in r["builds"].items():  # the checked mode first
             rows.append((f"{r['fraction']:g} ({mode})", r["samples"], r["frames"],
                          f"{b['wall_s']:.1f}", f"{r['frames'] / b['wall_s']:.0f}",
-                         f"{floor_s:.1f}", f"{b['wall_s'] / floor_s:.2f}",
-                         f"{b['peak_rss_bytes'] / 2**20:.0f}", f"{b['cpu_s']:.1f}"))
+                         f"{floor_s:.1f}", f"{r['floor'].get('cpu_s', 0):.1f}",
+                         f"{b['wall_s'] / floor_s:.2f}",
+                         f"{b['peak_rss_bytes'] / 2**20:.0f}", role_peaks(b),
+                         f"{b['cpu_s']:.1f}", f"{b['cpu_s'] / b['wall_s']:.2f}",
+                         f"{b['cpu_s'] / r['floor'].get('cpu_s', floor_s * 2):.2f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -224,6 +254,12 @@ def main(argv=None) -> int:
     load_after = os.getloadavg()
     trend = growth(results)
     checks = verdict(results, trend)
+    for r in results:
+        profile = r["build"].get("profile")
+        if profile:
+            print(f"\nper-stage profile at {r['fraction']:g} (the fastest "
+                  f"{args.modes[0]} run, {r['build']['wall_s']:.1f} s):")
+            print(stage_profile.format_profile(profile))
     print()
     print(table(results, trend))
     for r in results:
@@ -242,6 +278,13 @@ def main(argv=None) -> int:
                    "targets": TARGETS, "checks": checks, "growth": trend,
                    "results": results}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        try:  # figures of other tools in the same file (raw_read.py's real_sizes) are kept
+            with open(args.json) as handle:
+                previous = json.load(handle)
+        except (OSError, ValueError):
+            previous = {}
+        if isinstance(previous, dict):
+            figures = dict({k: v for k, v in previous.items() if k not in figures}, **figures)
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=1, sort_keys=True, default=str)
             handle.write("\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import warnings
 
 from PIL import Image
@@ -22,13 +23,19 @@ class BadImage(ValueError):
     """The bytes are not a complete, decodable image of the expected format."""
 
 
+_WARNINGS_LOCK = threading.Lock()
+
+
 def check_image(data: bytes, name: str = "") -> tuple[str, int, int]:
     """Decode `data` cheaply and return (format, width, height); raise BadImage with the reason."""
     if not data:
         raise BadImage("empty file (0 bytes)")
     expected = EXTENSION_FORMATS.get(_extension(name))
     try:
-        with warnings.catch_warnings():
+        # catch_warnings swaps the process's one filter list: two threads checking at once
+        # (ROD's validation pool, the shard writer's frames thread) would restore each other's
+        # lists, so one decode could run without "error" and "error" could outlive both
+        with _WARNINGS_LOCK, warnings.catch_warnings():
             warnings.simplefilter("error")  # PIL warns (not raises) on some corrupt data
             image = Image.open(io.BytesIO(data))
             fmt, size = image.format, image.size

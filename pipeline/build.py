@@ -52,22 +52,25 @@ def _is_pool_report(value) -> bool:
     return not isinstance(value, results.ShardRow)
 
 
+# Values cross the shuffles packed (results.packed): the local runner's build process holds
+# every grouped value between stages, and holds a byte string far smaller than the objects.
+
 def _by_scenario(value):
-    return value.scenario, value
+    return value.scenario, results.packed(value)
 
 
 def _in_train_pool(value):
-    return TRAIN_POOL, value
+    return TRAIN_POOL, results.packed(value)
 
 
 def _by_shard(value):
     # a plain tuple on the wire: Beam encodes it deterministically itself (a named tuple only
     # through its slower fallback, with a warning per bundle); WriteShard names it again
-    return tuple(value.shard), value.row
+    return tuple(value.shard), results.packed(value.row)
 
 
 def _under_one_key(value):
-    return None, value
+    return None, results.packed(value)
 
 
 def build_jobs(config: BuildConfig) -> list[tuple[str, str]]:
@@ -113,7 +116,8 @@ class BuildBenchmark(beam.PTransform):
         pool_inputs = [samples | "KeySamples" >> beam.Map(_by_scenario),
                        train_examples | "KeyTrainExamples" >> beam.Map(_in_train_pool)]
         if self.selection_inputs is not None:
-            pool_inputs.append(self.selection_inputs(pbegin))
+            pool_inputs.append(self.selection_inputs(pbegin)
+                               | "PackSelection" >> beam.Map(results.packed_kv))
         pooled = (
             pool_inputs
             | "PoolInputs" >> beam.Flatten()

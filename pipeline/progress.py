@@ -34,6 +34,9 @@ POLL_EVERY_S = 1.0    # redraw on a terminal
 PLAIN_EVERY_S = 10.0  # a plain block, when stderr is not a terminal (--progress into a file)
 # events, reported per scenario label (`quickdraw`, `quickdraw/train`)
 LISTED, READ, BUILT, PLANNED, WRITTEN = "listed", "read", "built", "planned", "written"
+# profile records ("profile:<step>:<what>", what = wall_s, cpu_s, calls or bytes), written only
+# when a folder is given; the benchmark's per-stage profile reads them (benchmarks/stage_profile.py)
+PROFILE = "profile:"
 
 # ---- the worker side --------------------------------------------------------------------------
 
@@ -52,6 +55,12 @@ class Reporter:
             self.pending[event + "\t" + label] += n
             if time.monotonic() - self.last >= FLUSH_EVERY_S:
                 self._write()
+
+    def add_profile(self, step: str, label: str, wall: float, cpu: float, nbytes: int) -> None:
+        with self.lock:
+            for what, n in (("wall_s", wall), ("cpu_s", cpu), ("calls", 1), ("bytes", nbytes)):
+                if n:
+                    self.pending[f"{PROFILE}{step}:{what}\t{label}"] += n
 
     def flush(self) -> None:
         with self.lock:
@@ -97,6 +106,59 @@ def flush(folder: str | None) -> None:
         reporter(folder).flush()
 
 
+def record(folder: str | None, step: str, label: str, wall: float, cpu: float,
+           nbytes: int = 0) -> None:
+    """Add measured time and bytes of `step` for `label` (see `timed`)."""
+    if folder:
+        reporter(folder).add_profile(step, label, wall, cpu, nbytes)
+
+
+class _Timed:
+    """The wall and CPU time (this thread's) of one step of one scenario, and the bytes it
+    reports through `add_bytes`; recorded when the block ends (also by an exception)."""
+
+    __slots__ = ("folder", "step", "label", "nbytes", "_wall", "_cpu")
+
+    def __init__(self, folder: str, step: str, label: str):
+        self.folder, self.step, self.label, self.nbytes = folder, step, label, 0
+
+    def add_bytes(self, n: int) -> None:
+        self.nbytes += n
+
+    def __enter__(self):
+        self._wall, self._cpu = time.perf_counter(), time.thread_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        reporter(self.folder).add_profile(self.step, self.label,
+                                          time.perf_counter() - self._wall,
+                                          time.thread_time() - self._cpu, self.nbytes)
+
+
+class _NotTimed:
+    __slots__ = ()
+
+    def add_bytes(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+_NOT_TIMED = _NotTimed()
+
+
+def timed(folder: str | None, step: str, label: str):
+    """`with timed(folder, "write", name) as t:` records the block's wall and CPU time (and
+    `t.add_bytes(n)`) under `step` and `label`; nothing when the build keeps no progress
+    folder. A block around a generator's body also counts what fused steps downstream do
+    with its elements on the same thread (Beam runs them as each element is yielded)."""
+    return _Timed(folder, step, label) if folder else _NOT_TIMED
+
+
 # ---- the driver side --------------------------------------------------------------------------
 
 
@@ -111,6 +173,8 @@ class State:
 
     def add(self, record: dict, now: float) -> None:
         for key, n in record.items():
+            if key.startswith(PROFILE):  # for the benchmark, not the display
+                continue
             event = key.split("\t", 1)[0]
             if event in (LISTED, PLANNED):  # reading starts once units are listed, writing
                 self.phase_start.setdefault(event, now)  # once shards are planned

@@ -17,6 +17,7 @@ from proactivebench_builder.core.records import check_row
 from proactivebench_builder.pipeline import failures, progress
 from proactivebench_builder.pipeline.scenarios import (
     branch_scenario, reads_train_with_test, scenario_instance, train_scenario)
+from proactivebench_builder.transforms import get_scenario
 
 LOG = logging.getLogger(__name__)
 
@@ -30,11 +31,12 @@ class ListUnits(beam.DoFn):
 
     def process(self, job):
         branch, name = job
-        scenario = branch_scenario(branch, name, self.config)
-        with failures.recorded(self.config.failures_dir):  # an unusable source folder
-            units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
-        LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
         label = results.train_label(name) if branch == TRAIN else name
+        with progress.timed(self.config.progress_dir, "list", label):
+            scenario = branch_scenario(branch, name, self.config)
+            with failures.recorded(self.config.failures_dir):  # an unusable source folder
+                units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
+        LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
         progress.report(self.config.progress_dir, progress.LISTED, label, len(units))
         progress.flush(self.config.progress_dir)
         for unit in units:
@@ -109,9 +111,14 @@ class ReadUnit(beam.DoFn):
 
     def process(self, element):
         branch, name, unit = element
+        label = results.train_label(name) if branch == TRAIN else name
+        with progress.timed(self.config.progress_dir, "read", label):
+            yield from self.read(branch, name, unit)
+        progress.report(self.config.progress_dir, progress.READ, label)
+
+    def read(self, branch: str, name: str, unit):
         if branch == TRAIN:
             yield from read_train_unit(name, unit, self.config)
-            progress.report(self.config.progress_dir, progress.READ, results.train_label(name))
             return
         scenario = scenario_instance(name, self.config)
         if reads_train_with_test(name, self.config):
@@ -119,7 +126,6 @@ class ReadUnit(beam.DoFn):
                                    (name, results.train_label(name)))
         else:
             yield from unit_values(scenario, unit, scenario.read_unit)
-        progress.report(self.config.progress_dir, progress.READ, name)
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)
@@ -149,14 +155,23 @@ class BuildSample(beam.DoFn):
     def __init__(self, config: BuildConfig):
         self.config = config
 
+    def start_bundle(self):
+        # raw reading is over once samples are built (a shuffle lies between the two stages):
+        # state kept for reading, like COCO's annotation index, is dropped before the stages
+        # that hold frames, where a worker's memory peaks
+        for name in sorted(set(self.config.scenarios) | set(self.config.train_sources)):
+            get_scenario(name).reading_done()
+
     def process(self, value):
         if not isinstance(value, results.Candidate):
             yield value
             return
-        for built in self.built(value):
-            if isinstance(built, (results.Sample, results.TrainExample)):
-                progress.report(self.config.progress_dir, progress.BUILT, value.scenario)
-            yield built
+        folder = self.config.progress_dir
+        with progress.timed(folder, "build", value.scenario):
+            for built in self.built(value):
+                if isinstance(built, (results.Sample, results.TrainExample)):
+                    progress.report(folder, progress.BUILT, value.scenario)
+                yield built
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)

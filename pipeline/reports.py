@@ -83,7 +83,7 @@ class WriteReports(beam.DoFn):
 
     def process(self, element):
         with failures.recorded(self.config.failures_dir):  # e.g. a full disk
-            yield self.write(list(element[1]))
+            yield self.write([results.unpacked(v) for v in element[1]])
 
     def write(self, values: list) -> dict:
         c = self.config

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import io
 import logging
+import queue
 import tempfile
+import threading
 
 import apache_beam as beam
 
@@ -36,8 +38,11 @@ class AssignIdsAndShards(beam.DoFn):
         self.config = config
 
     def process(self, element):
-        with failures.recorded(self.config.failures_dir):
-            yield from self.assign(*element)
+        name, values = element
+        with failures.recorded(self.config.failures_dir), \
+                progress.timed(self.config.progress_dir, "pool",
+                               "train" if name == TRAIN_POOL else name):
+            yield from self.assign(name, [results.unpacked(v) for v in values])
 
     def assign(self, name, values):
         if name == TRAIN_POOL:
@@ -115,6 +120,9 @@ class ReadAhead:
     def put_error(self, key, error: "FrameChanged") -> None:
         self._errors[key] = error
 
+    def __contains__(self, key) -> bool:
+        return key in self._where or key in self._errors
+
     def pop(self, key) -> bytes:
         if key in self._errors:
             raise self._errors.pop(key)
@@ -126,7 +134,7 @@ class ReadAhead:
         self._file.close()
 
 
-def prefetch(scenario, rows: list[dict]) -> ReadAhead | None:
+def prefetch(scenario, rows: list[dict]) -> "InReadOrder | None":
     """The frames of one shard's rows, read in the scenario's `read_order` when it has one
     (ROD's tar.gz members: reading them in id order would re-decompress the archive for every
     backward step), keyed by (row index, frame index); None when frames are read in row
@@ -135,13 +143,38 @@ def prefetch(scenario, rows: list[dict]) -> ReadAhead | None:
              for f, ref in enumerate(row["frame_refs"])]
     if not any(key for key, _, _ in order):
         return None
-    ahead = ReadAhead()
-    for _, r, f in sorted(order):
-        try:
-            ahead.put((r, f), checked_frame(scenario, rows[r]["frame_refs"][f]))
-        except FrameChanged as err:
-            ahead.put_error((r, f), err)
-    return ahead
+    return InReadOrder(scenario, rows, [(r, f) for _, r, f in sorted(order)])
+
+
+class InReadOrder:
+    """Frames asked for in row order but read in read order: asking for a frame reads forward
+    in read order up to it, and keeps only the frames read before their turn (ReadAhead). When
+    the two orders agree (ROD's ids follow its archives' order) nothing waits, so nothing is
+    copied into the spooled file; before, the whole shard (~150 MB of photos) went through it."""
+
+    def __init__(self, scenario, rows: list[dict], order: list[tuple[int, int]]):
+        self._scenario, self._rows = scenario, rows
+        self._next = iter(order)
+        self._ahead = ReadAhead()
+
+    def pop(self, key) -> bytes:
+        if key in self._ahead:
+            return self._ahead.pop(key)
+        for r, f in self._next:
+            try:
+                data = checked_frame(self._scenario, self._rows[r]["frame_refs"][f])
+            except FrameChanged as err:
+                if (r, f) == key:
+                    raise
+                self._ahead.put_error((r, f), err)
+                continue
+            if (r, f) == key:
+                return data
+            self._ahead.put((r, f), data)
+        raise KeyError(key)
+
+    def close(self) -> None:
+        self._ahead.close()
 
 
 class WriteShard(beam.DoFn):
@@ -151,12 +184,36 @@ class WriteShard(beam.DoFn):
 
     def __init__(self, config: BuildConfig):
         self.config = config
+        self._frames_thread = None
+
+    def frames_thread(self):
+        """One thread per DoFn instance, kept across shards (readers it opens, e.g. ROD's
+        archive readers with their access points, are per thread): it reads the frames of the
+        next rows and writes their upstream images while this thread encodes and writes the
+        Parquet file (both mostly outside the interpreter lock), so a worker left alone at
+        the end of the stage still uses two cores."""
+        if self._frames_thread is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._frames_thread = ThreadPoolExecutor(max_workers=1,
+                                                     thread_name_prefix="shard-frames")
+        return self._frames_thread
+
+    def teardown(self):
+        if self._frames_thread is not None:
+            self._frames_thread.shutdown(wait=True)
+            self._frames_thread = None
 
     def process(self, element):
         key, rows = element
         shard = results.ShardKey(*key)
-        with failures.recorded(self.config.failures_dir):  # e.g. a full disk
-            yield from self.write(shard, rows)
+        rows = [results.unpacked(r) for r in rows]
+        with failures.recorded(self.config.failures_dir), \
+                progress.timed(self.config.progress_dir, "write", shard.scenario or "train") as t:
+            for value in self.write(shard, rows):  # e.g. a full disk
+                if isinstance(value, results.ShardWritten):
+                    t.add_bytes(value.bytes)
+                yield value
         progress.report(self.config.progress_dir, progress.WRITTEN, shard.scenario or "train")
 
     def finish_bundle(self):
@@ -165,42 +222,44 @@ class WriteShard(beam.DoFn):
     def write(self, shard: results.ShardKey, rows):
         split, name, index, count, copy_to_test = shard
         if split == TRAIN:
-            yield from write_train_shard(self.config, index, count, rows)
+            yield from write_train_shard(
+                self.config, index, count, rows,
+                lambda produce: produced_ahead(self.frames_thread(), produce))
             return
         scenario = scenario_instance(name, self.config)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
         export = split == UNFILTERED and self.config.export_upstream
         output = self.config.output
 
-        prefetched = prefetch(scenario, rows)
         dropped = []
         exported = {}  # key -> what build.json records of its exported images
 
-        def materialized():
-            for r, row in enumerate(rows):
-                frames = []
-                try:
-                    for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
-                        data = (prefetched.pop((r, f)) if prefetched
-                                else checked_frame(scenario, ref))
-                        frames.append({"bytes": data, "path": scenario.frame_path(row, fid)})
-                except FrameChanged as err:
-                    dropped.append((row, err))
-                    continue
-                if export:
-                    exported[row["key"]] = tuple(
-                        upstream_export.write_image(output, frame["path"], frame["bytes"])
-                        for frame in frames)
-                yield dict(row, frames=frames)
+        def materialized():  # on the frames thread (frames_thread)
+            prefetched = prefetch(scenario, rows)
+            try:
+                for r, row in enumerate(rows):
+                    frames = []
+                    try:
+                        for f, (fid, ref) in enumerate(zip(row["frame_ids"], row["frame_refs"])):
+                            data = (prefetched.pop((r, f)) if prefetched
+                                    else checked_frame(scenario, ref))
+                            frames.append({"bytes": data, "path": scenario.frame_path(row, fid)})
+                    except FrameChanged as err:
+                        dropped.append((row, err))
+                        continue
+                    if export:
+                        exported[row["key"]] = tuple(
+                            upstream_export.write_image(output, frame["path"], frame["bytes"])
+                            for frame in frames)
+                    yield dict(row, frames=frames)
+            finally:
+                if prefetched:
+                    prefetched.close()
 
         config = scenario.config_name
         url = shard_url(output, split, config, index, count)
-        try:
-            written = write_parquet(url, materialized(), arrow_schema(),
-                                    int(scenario.params.get("rows_per_row_group", 64)))
-        finally:
-            if prefetched:
-                prefetched.close()
+        written = write_parquet(url, produced_ahead(self.frames_thread(), materialized),
+                                arrow_schema(), int(scenario.params.get("rows_per_row_group", 64)))
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         for row, err in dropped:
             LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
@@ -221,3 +280,51 @@ class WriteShard(beam.DoFn):
             for row in rows:
                 yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),
                                            exported.get(row["key"], ()))
+
+
+ROWS_AHEAD = 1  # rows waiting ahead of the Parquet writer (a ROD row holds ~38 MB)
+
+
+def produced_ahead(pool, produce, limit: int = ROWS_AHEAD):
+    """The items of the generator `produce()`, computed on `pool`'s thread at most `limit`
+    ahead of the caller, in order. An error of the producer is raised here; when the caller
+    stops early (its own error), the producer is stopped and waited for, so nothing it opened
+    outlives the shard."""
+    items: queue.Queue = queue.Queue(maxsize=limit)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run():
+        generator = produce()
+        try:
+            for item in generator:
+                if not put((None, item)):
+                    return
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+            put((err, None))
+            return
+        finally:
+            generator.close()
+        put((None, end))
+
+    running = pool.submit(run)
+    try:
+        while True:
+            err, item = items.get()
+            if err is not None:
+                raise err
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        running.result()

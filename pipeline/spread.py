@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from proactivebench_builder.core import results
 from proactivebench_builder.core.seeding import stable_hash
 
 SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
@@ -13,11 +14,12 @@ def _no_element(_) -> bool:
 
 
 def _keyed_by_hash(value):
-    return stable_hash(repr(value)) % 4096, value
+    # packed (results.packed): the local runner holds grouped values in the build process
+    return stable_hash(repr(value)) % 4096, results.packed(value)
 
 
 def _ungrouped(keyed):
-    return keyed[1]
+    return (results.unpacked(v) for v in keyed[1])
 
 
 class Spread(beam.PTransform):

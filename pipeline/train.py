@@ -61,10 +61,11 @@ def confidences_for(config: BuildConfig) -> dict:
     return _CONFIDENCES[url]
 
 
-def write_train_shard(config: BuildConfig, index: int, count: int, values):
+def write_train_shard(config: BuildConfig, index: int, count: int, values, ahead=None):
     """Render the frames of one train shard's examples and write it: its ShardWritten, and for
     an example whose frame changed since it was validated (checked as the test split's are:
-    writers.checked_frame) a DeadLetter and a Dropped instead of its row."""
+    writers.checked_frame) a DeadLetter and a Dropped instead of its row. `ahead`
+    (shards.produced_ahead on a thread) renders the next rows while the file is written."""
     values = sorted(values, key=lambda v: v.key)
     confidences = confidences_for(config)
     written_rows, dropped = [], []
@@ -82,7 +83,7 @@ def write_train_shard(config: BuildConfig, index: int, count: int, values):
                        **confidences.get((row["config"], row["key"]), {}))
 
     url = shard_url(config.output, TRAIN, TRAIN_CONFIG, index, count)
-    written = write_parquet(url, rows(), train_arrow_schema(), 200)
+    written = write_parquet(url, ahead(rows) if ahead else rows(), train_arrow_schema(), 200)
     LOG.info("train: wrote %s (%d rows)", url, written["rows"])
     for value, err in dropped:
         LOG.warning("train: %s dropped: %s", value.key, err.reason)

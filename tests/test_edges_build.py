@@ -315,8 +315,8 @@ def test_a_train_frame_changed_after_validation_is_a_dead_letter(kind, tmp_path_
         pool, values = element
         values = list(values)
         if pool == shards.TRAIN_POOL and not truncated:
-            examples = sorted((v for v in values if isinstance(v, results.TrainExample)),
-                              key=lambda v: v.key)
+            examples = sorted((v for v in map(results.unpacked, values)  # packed to cross
+                               if isinstance(v, results.TrainExample)), key=lambda v: v.key)
             for example in examples:
                 ref = example.row["image_ref"]
                 if example.name == "coco" and ref["kind"] == kind:

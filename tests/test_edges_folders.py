@@ -735,3 +735,27 @@ def test_a_rebuild_removes_an_earlier_exports_files_and_nothing_outside(tmp_path
     capsys.readouterr()
     code, text = run_validate(output, capsys)
     assert code == 0, text
+
+
+def test_a_file_listed_under_two_names_is_hashed_once(tmp_path, monkeypatch):
+    """The digest check reads a local file hard-linked under two listed names (a test shard
+    linked to its pool shard) once, and still refuses a symbolic link to a listed file."""
+    import hashlib
+
+    from proactivebench_builder.core import buildfolder
+
+    data = b"shard bytes" * 1000
+    (tmp_path / "a.parquet").write_bytes(data)
+    os.link(tmp_path / "a.parquet", tmp_path / "b.parquet")
+    os.symlink(tmp_path / "a.parquet", tmp_path / "c.parquet")
+    entry = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    hashed = []
+    original = buildfolder._streamed_size_and_sha256
+    monkeypatch.setattr(buildfolder, "_streamed_size_and_sha256",
+                        lambda handle: hashed.append(1) or original(handle))
+    problems = buildfolder.digest_problems(
+        str(tmp_path), [dict(entry, path=name) for name in ("a.parquet", "b.parquet",
+                                                            "c.parquet", "d.parquet")])
+    assert len(hashed) == 1
+    assert [p.split(":")[0] for p in problems] == ["c.parquet", "d.parquet"]
+    assert "symbolic link" in problems[0] and "missing" in problems[1]

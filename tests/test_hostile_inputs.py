@@ -22,6 +22,7 @@ from conftest import IN_PROCESS, RUNNER, private_miniature, read_json, read_json
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.errors import BuildFailed
 from proactivebench_builder.core.layout import LOCK
+from proactivebench_builder.core.results import unpacked
 from proactivebench_builder.pipeline.commands import build as build_command
 from proactivebench_builder.pipeline.commands import main as main_command
 from proactivebench_builder.pipeline.folder_lock import BuildLock
@@ -482,8 +483,8 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
         pool, values = element
         values = list(values)
         if not truncated:
-            rows = sorted((v.row for v in values if v.kind == "sample"),
-                          key=lambda r: r["key"])
+            rows = sorted((v.row for v in map(unpacked, values)  # packed to cross
+                           if v.kind == "sample"), key=lambda r: r["key"])
             for row in rows:
                 refs = [r for r in row["frame_refs"] if r.get("kind") == "file"]
                 if refs:

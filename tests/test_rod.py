@@ -370,3 +370,40 @@ def test_an_archive_replaced_in_place_is_read_afresh(tmp_path, source):
     rows = {r["key"]: r for r in pq.read_table(os.path.join(second, CONFIG)).to_pylist()}
     got = rows[f"{CONFIG}/natural_redcard_whiter-vase"]["frames"]
     assert [f["bytes"] for f in got] == [data for _, data in vase]
+
+
+def test_gzip_access_reads_any_offset_of_concatenated_members(monkeypatch):
+    """The shard writer's gzip reader (access points instead of a restart from the start on a
+    backward seek) returns the bytes `gzip` does at every offset, across members and padding,
+    and a truncated stream is an error, not short data taken for the end."""
+    import gzip
+    import random
+
+    from proactivebench_builder.transforms.rod import archives
+
+    monkeypatch.setattr(archives, "ACCESS_POINT_EVERY", 1 << 16)
+    rng = random.Random(3)
+    data = rng.randbytes(300_000) + bytes(200_000) + rng.randbytes(250_000)
+    blob = gzip.compress(data[:400_000]) + gzip.compress(data[400_000:]) + b"\0" * 64
+    reader = archives.GzipAccess(io.BytesIO(blob))
+    for _ in range(200):
+        start, size = rng.randrange(len(data) + 10), rng.randrange(40_000)
+        reader.seek(start)
+        assert reader.read(size) == data[start:start + size]
+    assert len(reader._points) > 3  # backward seeks restart from these, not from offset 0
+    truncated = archives.GzipAccess(io.BytesIO(blob[: len(blob) // 3]))
+    with pytest.raises(EOFError):
+        truncated.read(len(data))
+
+
+def test_gzip_access_bounds_what_one_read_decompresses():
+    """A gzip bomb (a few KB that inflate to 200 MB) read through GzipAccess holds at most
+    what was asked plus one feed's output, never the whole inflated stream."""
+    import gzip
+
+    from proactivebench_builder.transforms.rod import archives
+
+    blob = gzip.compress(bytes(200 << 20), 9)
+    reader = archives.GzipAccess(io.BytesIO(blob))
+    assert reader.read(10) == bytes(10)
+    assert len(reader._buf) < 20 << 20

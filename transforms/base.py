@@ -195,6 +195,13 @@ class Scenario:
         """A train row (see `pipeline.records.TRAIN_COLUMNS`) with one `image_ref`."""
         raise NotImplementedError
 
+    @classmethod
+    def reading_done(cls) -> None:
+        """Drop what this process kept to read further units (e.g. COCO's annotation index):
+        the build calls it once raw reading is over (the stages after it build and write
+        samples, where a worker's memory peaks). Only memory is at stake: a unit read later
+        reads its state again."""
+
     def train_example(self, key: str, *, question: str, options: list[str],
                       categories: list[str], answer: str, proactive_actions: list[str],
                       ambiguous: bool, frame_id: int, image_ref: dict, files: list[str]) -> dict:

@@ -52,6 +52,12 @@ def load_index(url: str) -> AnnotationIndex:
         return _CACHE[url]
 
 
+def forget_indexes() -> None:
+    """Drop the indexes kept by `load_index` (~90 MB per process for val2014 + train2014)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
 def read_index(url: str, chunk_bytes: int = READ_CHUNK_BYTES) -> AnnotationIndex:
     with fileio.open_source(url) as stream:
         return index_annotations(stream, chunk_bytes)

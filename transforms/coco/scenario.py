@@ -18,7 +18,7 @@ from proactivebench_builder.core.vocabulary import format_category
 from proactivebench_builder.transforms.base import Scenario
 from proactivebench_builder.transforms.coco import miniature
 from proactivebench_builder.transforms.coco.annotations import (
-    AnnotationIndex, ImageObjects, is_int, load_index, shard_of)
+    AnnotationIndex, ImageObjects, forget_indexes, is_int, load_index, shard_of)
 from proactivebench_builder.transforms.coco.crops import CropPlan, CropRules, plan_crop
 from proactivebench_builder.transforms.coco.play import PLAY, crop_box, proactive_options, step_cap
 
@@ -312,6 +312,12 @@ class Coco(Scenario):
         if len(candidates) > quota:
             yield self.count("excluded:not_sampled", len(candidates) - quota)
         yield from sorted(candidates[:quota], key=lambda v: v.key)
+
+    @classmethod
+    def reading_done(cls) -> None:
+        """The annotation indexes serve reading only: building and writing samples use the
+        candidates' own fields."""
+        forget_indexes()
 
     def build_train_example(self, key: str, item: dict) -> dict:
         """The first (tight, low-IoU) view of a crop plan, where the valid replies are the camera

@@ -38,14 +38,18 @@ Choices for the reference's [I]/[?] points:
   once, decodes each photo cheaply (validation happens there, with the bytes in hand) and records
   each member's offset in the *uncompressed* tar stream; a frame reference names archive, member,
   offset, size and the byte span of its whole sequence. `load_frame` keeps one gzip reader per
-  archive per process and reads the whole sequence span at once (the writer asks for a row's 14
-  frames in a row), so a shard costs at most one forward decompression pass per sequence, but a
-  reader going backwards in an archive restarts it. For repeated full-size builds extract the
-  archives once into `<root>/extracted/` (`tar -xzf rod_0.tar.gz -C extracted`, same for rod_1):
-  when that folder exists it is used instead (plain file references, no decompression), with the
-  same parsing and the same output bytes. All archives are read in ONE unit, so a sequence whose
-  photos are split across the two archives is still assembled correctly (the price: the read
-  stage of ROD is not parallel; it is 3.3 GB of gzip, well under a minute or two).
+  archive per thread and reads the whole sequence span at once (the writer asks for a row's 14
+  frames in a row; the span leaves the cache once its last member is read); a gzip reader keeps
+  access points every 16 MB of output (`archives.GzipAccess`), so going backwards in an archive
+  restarts from the nearest one, not from the start, and a shard costs its own spans whatever
+  order shards are written in (bzip2 and xz archives still restart from the start). For
+  repeated full-size builds extract the archives once into `<root>/extracted/` (`tar -xzf
+  rod_0.tar.gz -C extracted`, same for rod_1): when that folder exists it is used instead (plain
+  file references, no decompression), with the same parsing and the same output bytes. All
+  archives are read in ONE unit, so a sequence whose photos are split across the two archives
+  is still assembled correctly (the price: the read stage of ROD is one unit; its photos are
+  validated on a small thread pool while the archive is decompressed, so the unit still uses
+  more than one core of a worker left alone with it).
 - Raw items: one per sequence, plus one per member whose name does not parse (dead letter) and
   one per member that is not a photo (excluded:not_a_frame), plus one per archive that cannot be
   read to its end (dead letter; the sequences it cut short become dead letters too).

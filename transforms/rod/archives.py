@@ -11,6 +11,7 @@ import gzip
 import lzma
 import tarfile
 import threading
+import zlib
 
 from proactivebench_builder.core import fileio
 
@@ -184,21 +185,125 @@ def open_archive(url: str):
     return decompressed(fileio.open_source(url))
 
 
+def open_archive_at_any_offset(url: str):
+    """Like `open_archive`, for reads at any offset: a gzip archive gets a `GzipAccess`, whose
+    backward seeks restart from the nearest access point; bzip2 and xz get `decompressed`'s
+    readers (a backward seek restarts from the start of the archive)."""
+    raw = fileio.open_source(url)
+    magic = raw.read(6)
+    raw.seek(0)
+    return GzipAccess(raw) if magic.startswith(b"\x1f\x8b") else decompressed(raw)
+
+
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
     """`length` bytes at `start` in the uncompressed stream of a (gzipped) tar. One reader per
-    archive is kept per process, so consecutive reads move forward without re-decompressing."""
+    archive is kept per process; a gzip reader keeps access points (`GzipAccess`), so a read
+    anywhere costs at most ACCESS_POINT_EVERY bytes of decompression beyond its own span once
+    the archive has been passed through, whatever order shards are written in."""
     # one reader per archive and thread: two shard writers never drag each other backwards
     slot = (url, version, threading.get_ident())
     with _LOCK:
         reader = _READERS.get(slot)
         if reader is None:
-            reader = open_archive(url)
+            reader = open_archive_at_any_offset(url)
             _READERS[slot] = reader
     reader.seek(start)
     data = reader.read(length)
     if len(data) != length:
         raise OSError(f"{url}: archive ended at {start + len(data)}, expected {start + length}")
     return data
+
+
+ACCESS_POINT_EVERY = 16 << 20  # uncompressed bytes between two access points of a gzip reader
+# compressed bytes fed to the decompressor at a time: deflate expands at most ~1032x, so one feed
+# adds at most ~17 MB to the buffer whatever the archive holds (a bomb is bounded as in
+# `decompressed`'s readers)
+_GZIP_CHUNK = 1 << 14
+
+
+class GzipAccess:
+    """A gzip stream readable at any uncompressed offset (zlib's zran idea, with Python's own
+    `Decompress.copy()`): while decompressing forward it keeps, every ACCESS_POINT_EVERY bytes
+    of output, a copy of the decompressor (its state and 32 KB window, ~40 KB) with the
+    compressed offset it had reached. A backward seek restarts from the nearest access point at
+    or before the target instead of from the start of the archive, as `gzip.GzipFile` does: a
+    shard of ROD sequences scattered over a 1.7 GB archive then costs its own spans, not a pass
+    from the start per shard. Concatenated gzip members and zero padding after the last one are
+    read as `gzip` reads them; a truncated stream raises EOFError, a corrupt one zlib.error."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        # (uncompressed offset, compressed offset, decompressor copy, member started)
+        self._points = [(0, 0, None, False)]
+        self._restart(self._points[0])
+
+    def _restart(self, point) -> None:
+        out, comp, decompressor, started = point
+        self._raw.seek(comp)
+        self._d = decompressor.copy() if decompressor is not None else _new_gzip_member()
+        self._started = started
+        self._comp = comp
+        self._pos = out              # uncompressed offset of self._buf[0]
+        self._buf = bytearray()
+        self._eof = False
+
+    def _feed(self) -> bool:
+        """Decompress one more chunk into the buffer; False at the end of the stream."""
+        if self._eof:
+            return False
+        chunk = self._raw.read(_GZIP_CHUNK)
+        if not chunk:
+            if self._started and not self._d.eof:
+                raise EOFError("compressed file ended before the end-of-stream marker was "
+                               "reached")
+            self._eof = True
+            return False
+        self._comp += len(chunk)
+        data = chunk
+        while data:
+            if self._d.eof:  # the previous member is complete: padding, or another member
+                data = data.lstrip(b"\x00")
+                if not data:
+                    break
+                self._d, self._started = _new_gzip_member(), False
+            self._buf += self._d.decompress(data)
+            self._started = True
+            data = self._d.unused_data if self._d.eof else b""
+        end = self._pos + len(self._buf)
+        if end - self._points[-1][0] >= ACCESS_POINT_EVERY:
+            # the state after exactly self._comp compressed bytes, all of its output returned
+            self._points.append((end, self._comp, self._d.copy(), self._started))
+        return True
+
+    def seek(self, offset: int) -> int:
+        best = max((p for p in self._points if p[0] <= offset), key=lambda p: p[0])
+        # restart when going backwards, or when an access point lies beyond what is buffered
+        if offset < self._pos or best[0] > self._pos + len(self._buf):
+            self._restart(best)
+        while self._pos + len(self._buf) < offset:
+            self._pos += len(self._buf)
+            self._buf.clear()
+            if not self._feed():
+                break
+        cut = max(0, min(len(self._buf), offset - self._pos))
+        del self._buf[:cut]
+        self._pos += cut
+        return self._pos
+
+    def read(self, size: int) -> bytes:
+        while len(self._buf) < size and self._feed():
+            pass
+        data = bytes(self._buf[:size])
+        del self._buf[:size]
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def _new_gzip_member():
+    return zlib.decompressobj(16 + zlib.MAX_WBITS)  # a gzip header, then raw deflate
 
 
 def read_member(ref: dict) -> bytes:
@@ -212,4 +317,8 @@ def read_member(ref: dict) -> bytes:
         cached = (start, read_tar_span(url, start, end - start, archive[1]))
         with _LOCK:
             _SPANS[archive] = cached
+    if offset + size >= end:  # the span's last member (the writer reads a span in order):
+        with _LOCK:           # its ~38 MB need not wait for the next span to replace them
+            if _SPANS.get(archive) is cached:
+                del _SPANS[archive]
     return cached[1][offset - start: offset - start + size]

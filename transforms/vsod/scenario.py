@@ -433,8 +433,14 @@ class VSOD(Scenario):
         if len(formats) != 1:
             raise BadItem(f"mixed frame formats: {sorted(formats)}", data_dir)
         ext = ".jpg" if formats == {"JPEG"} else "." + formats.pop().lower()
+        # the digests of the bytes validated here travel with the item into the frame
+        # references, so the shard writer checks the bytes it writes by their sha256 instead of
+        # decoding every frame again (a digest recorded here never reached BuildSample's
+        # seal_frame_refs, which runs in another process)
+        digests = self._validated_digests()
+        sha256 = [digests.pop(fileio.join(data_dir, frame), None) for frame in frames]
         return {"segment": segment, "frames": frames, "ext": ext, "fractions": fractions,
-                "boxed": boxed, "folder": self.relative(data_dir)}
+                "boxed": boxed, "folder": self.relative(data_dir), "sha256": sha256}
 
     # ---- building -----------------------------------------------------------------------------
 
@@ -466,8 +472,10 @@ class VSOD(Scenario):
         )
         folder = self.path(*item["folder"].split("/"))
         row["source"]["files"] = [f"{item['folder']}/{name}" for name in item["frames"]]
-        row["frame_refs"] = [{"kind": "file", "url": fileio.join(folder, name)}
-                             for name in item["frames"]]
+        digests = item.get("sha256") or [None] * len(item["frames"])
+        row["frame_refs"] = [dict({"kind": "file", "url": fileio.join(folder, name)},
+                                  **({"sha256": sha} if sha else {}))
+                             for name, sha in zip(item["frames"], digests)]
         return row
 
     # ---- miniature ----------------------------------------------------------------------------

@@ -358,6 +358,8 @@ _ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
 
 def _zip_type(info: zipfile.ZipInfo) -> str:
     mode = info.external_attr >> 16
+    if not info.filename:  # (zipfile's is_dir would fail on it with an IndexError)
+        raise UnsafeArchive("a member with an empty name")
     if info.is_dir():
         return "dir"
     if mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG):

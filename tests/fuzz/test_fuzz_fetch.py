@@ -184,6 +184,8 @@ def _extract_checked(name: str, data: bytes) -> None:
          squeeze=False)  # "zip file version 6.4": NotImplementedError from zipfile
 @example(seed="zip", edits=[(1344, b"\x01")], cut=None, squeeze=False)  # a header offset
 # before the archive's start: zipfile seeks to a negative offset (OSError EINVAL)
+@example(seed="zip", edits=[(1826, b"\x00")], cut=None, squeeze=False)  # a member's name
+# cut to nothing: zipfile's is_dir() raised an IndexError (found by tools/fuzz.sh fetch)
 def test_mutated_archives_extract_or_are_refused_in_one_line(seed, edits, cut, squeeze):
     data = _mutate(SEEDS[seed], edits, cut)
     if seed == "zip":

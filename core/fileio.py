@@ -73,7 +73,12 @@ def open_local_regular(path: str):
     else. The file is opened without blocking first (opening a FIFO for reading would otherwise
     wait for a writer forever) and checked on its descriptor, so it cannot change between the
     check and the read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:  # a socket cannot be opened at all (ENXIO): name it as what it is
+        if err.errno == errno.ENXIO and stat.S_ISSOCK(os.stat(path).st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file: a socket", path) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

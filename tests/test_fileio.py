@@ -154,3 +154,17 @@ def test_the_sha256_of_a_fifo_is_refused_without_opening_it_for_reading(tmp_path
     (tmp_path / "file").write_bytes(b"abc")
     assert fileio.sha256(str(tmp_path / "file")) == (
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+
+
+def test_a_socket_is_named_as_a_socket(tmp_path):
+    """A socket cannot be opened (ENXIO): the refusal says what the path is."""
+    import socket
+
+    path = os.path.join(tmp_path, "s")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    try:
+        with pytest.raises(fileio.NotARegularFile, match="a socket"):
+            fileio.open_local_regular(path)
+    finally:
+        listener.close()

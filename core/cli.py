@@ -277,6 +277,7 @@ def _isatty(stream) -> bool:
 
 
 _AT_INTERRUPT: list = []
+_STOPPED: list[int] = []  # the stop signals this process received (see launch)
 
 
 @contextlib.contextmanager
@@ -323,6 +324,7 @@ class CtrlC:
         if self.pressed:
             os._exit(self.exit_status)
         self.signum = signum
+        _STOPPED.append(signum)
         for callback in list(_AT_INTERRUPT):
             callback()
         if self.quiet:
@@ -353,7 +355,24 @@ def launch(prog: str, module: str) -> int:
             main = importlib.import_module(module).main
     except KeyboardInterrupt:
         return ctrl_c.report(prog)
-    return main()
+    status = main()
+    if _STOPPED:
+        exit_without_finalizing(status)
+    return status
+
+
+def exit_without_finalizing(status: int) -> None:
+    """End a command a stop signal interrupted, once it has said so, without the interpreter's
+    finalization. The command's own cleanup ran while it unwound (locks released, temporary
+    files removed: `finally` clauses), but an interrupted runner can leave threads inside C
+    code (gRPC's, Arrow's), and finalizing around them sometimes aborts the process ("Fatal
+    Python error: PyGILState_Release", SIGABRT) instead of ending it with the signal's status."""
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 # ---- known noise -----------------------------------------------------------------------------

@@ -264,10 +264,17 @@ _EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE
              tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
 
+# Extended headers that may stand in a row before a member: a real archive has at most a few
+# (a long name, a long link, a PAX header); tarfile reads each next one recursively, so a long
+# chain would end in a RecursionError deep in its stack, where anything can fail.
+MAX_HEADER_CHAIN = 16
+
+
 class _BoundedTarInfo(tarfile.TarInfo):
     """A TarInfo that refuses, before tarfile reads it, an extended header (GNU long name or
     link, PAX) larger than `max_header` bytes, PAX global headers larger than that together,
-    and sparse members (whose maps tarfile reads without a bound)."""
+    more than MAX_HEADER_CHAIN extended headers in a row, and sparse members (whose maps
+    tarfile reads without a bound)."""
     max_header = 1 << 20
 
     def _proc_member(self, tarfile_):
@@ -281,6 +288,15 @@ class _BoundedTarInfo(tarfile.TarInfo):
                     raise UnsafeArchive(f"PAX global headers of more than {self.max_header} "
                                         f"bytes together; not read")
                 tarfile_._global_header_bytes = seen
+            depth = getattr(tarfile_, "_header_chain", 0) + 1
+            if depth > MAX_HEADER_CHAIN:
+                raise UnsafeArchive(f"more than {MAX_HEADER_CHAIN} extended tar headers in a "
+                                    "row; not read")
+            tarfile_._header_chain = depth
+            try:
+                return super()._proc_member(tarfile_)
+            finally:
+                tarfile_._header_chain = depth - 1
         elif self.type == tarfile.GNUTYPE_SPARSE:
             raise UnsafeArchive(f"member {_short(self.name)}: a sparse file (only files and "
                                 f"folders are extracted)")

@@ -21,7 +21,7 @@ torch) and Pillow:
 `--scale` shrinks every config's pool (ids still cover every id `FILTER` keeps, so the released
 counts hold at any scale). What the record values mean follows the reference
 (`benchmark_construction.md` §2) and upstream's environment code; their texts are plain stand-ins.
-Images are 8x8 JPEGs whose colour is derived from their path, so a frame read from the wrong file
+Images are 8x8 files (PNG or JPEG, as their names say) whose colour is derived from their path, so a frame read from the wrong file
 is visible.
 """
 from __future__ import annotations
@@ -255,12 +255,17 @@ def shown_paths(environment, config: str, record: dict, max_states: int = 5000) 
     return paths
 
 
-def tiny_jpeg(path: str) -> bytes:
+def tiny_image(path: str) -> bytes:
+    """An 8x8 image of the format its name says (PNG for .png, else JPEG)."""
     from PIL import Image
 
     digest = hashlib.sha256(path.encode()).digest()
     out = io.BytesIO()
-    Image.new("RGB", (8, 8), tuple(digest[:3])).save(out, "JPEG", quality=90)
+    image = Image.new("RGB", (8, 8), tuple(digest[:3]))
+    if path.lower().endswith(".png"):
+        image.save(out, "PNG")
+    else:
+        image.save(out, "JPEG", quality=90)
     return out.getvalue()
 
 
@@ -282,12 +287,12 @@ def write(out: str, upstream: str, rod_s6: str, scale: float) -> dict:
             target = os.path.join(out, path)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "wb") as f:
-                f.write(tiny_jpeg(path))
+                f.write(tiny_image(path))
         summary[config] = {"records": len(rows), "images": len(paths)}
     s6 = os.path.join(out, "Realistic-Occlusion-Dataset", f"{PATCHED}-s6.jpg")
     if rod_s6 == "present":
         with open(s6, "wb") as f:
-            f.write(tiny_jpeg(s6))
+            f.write(tiny_image(s6))
     elif rod_s6 == "corrupt":
         with open(s6, "wb") as f:
             f.write(b"\xff\xd8\xff\xe0 not a whole JPEG")

@@ -121,6 +121,12 @@ class Behaviour:
     def next_image(self, env, action: str) -> int:
         raise NotImplementedError
 
+    def shown_frame(self, record: dict, image_id: int, action: str | None) -> int:
+        """The frame id shown in state `image_id` when `action` led there (None: the first
+        state): the state's own frame, unless the scenario patches one (ROD shows a neighbour
+        in place of a frame its release lacks, as upstream's `_fix_corruptions`)."""
+        return image_id
+
     def view_box(self, env) -> tuple | None:
         """The box of the frame the environment shows now (None: the whole frame)."""
         return None
@@ -172,13 +178,15 @@ class Behaviour:
     # ---- the frames a row must hold ------------------------------------------------------------
 
     def reachable_frame_ids(self, record: dict) -> list[int]:
-        """Every template slot value an episode (any mode) can show, sorted."""
+        """Every template slot value an episode (any mode) can show, sorted: exactly the frames
+        a row must hold, no more (a frame no episode shows is neither required nor read)."""
         ids = set(range(record["num_images"]))
         return sorted(ids | {record["first_image"], record["reference_image"]})
 
     def upstream_frame_ids(self, record: dict) -> list[int]:
-        """The frame ids of a record of upstream's release (which names none), in play order."""
-        return list(range(int(record["num_images"])))
+        """The frame ids of a record of upstream's release (which names none), in play order:
+        the frames an episode can show (`reachable_frame_ids`)."""
+        return self.reachable_frame_ids(record)
 
     def record_problems(self, row: dict) -> list[str]:
         """What `validate` reports about a row's frames and step cap: every frame the
@@ -229,17 +237,26 @@ class Steps(Behaviour):
     are also the states it may enter (upstream's ROD, VSOD and QuickDraw move by one, so theirs
     are every id below num_images)."""
 
-    def reachable(self, record: dict) -> set[int]:
-        """Every frame id the declared moves reach from first_image in fewer turns than the cap
-        (a state entered on the last turn shows nothing: the episode ends there)."""
+    def entered(self, record: dict) -> set[tuple[int, str | None]]:
+        """Every (state, the action that entered it) the declared moves reach from first_image
+        (entered by None) in fewer turns than the cap (a state entered on the last turn shows
+        nothing: the episode ends there)."""
         n, cap = record.get("num_images") or 0, record.get(self.play.step_cap) or 0
-        seen, frontier = {record["first_image"]}, {record["first_image"]}
+        seen = frontier = {(record["first_image"], None)}
         for _ in range(max(0, cap - 1)):
-            step = {(i + move) % n if self.play.wrap and n else i + move
-                    for i in frontier for move in self.play.moves.values()}
-            frontier = {i for i in step if i >= 0} - seen
-            seen |= frontier
+            step = {((i + move) % n if self.play.wrap and n else i + move, action)
+                    for i, _ in frontier for action, move in self.play.moves.items()}
+            frontier = {(i, a) for i, a in step if i >= 0} - seen
+            seen = seen | frontier
         return seen
+
+    def reachable(self, record: dict) -> set[int]:
+        """Every state the declared moves reach from first_image in fewer turns than the cap."""
+        return {i for i, _ in self.entered(record)}
+
+    def shown(self, record: dict) -> set[int]:
+        """Every frame an episode shows on its way (the reachable states, as patched)."""
+        return {self.shown_frame(record, i, a) for i, a in self.entered(record)}
 
     def valid_images(self, env):
         return sorted(self.reachable(env.record))
@@ -253,17 +270,17 @@ class Steps(Behaviour):
         return min(d, env.record["num_images"] - d) if self.play.wrap else d
 
     def reachable_frame_ids(self, record):
-        return sorted(self.reachable(record) | {record["first_image"], record["reference_image"]})
+        return sorted(self.shown(record) | {record["reference_image"]})
 
     def record_problems(self, row):
-        """Every frame the moves reach within the cap is in the row, and the reference is among
-        them."""
+        """Every frame the moves show within the cap is in the row, and the reference is among
+        the states they reach."""
         if not isinstance(row.get("first_image"), int) or not row.get("num_images") \
                 or not isinstance(row.get(self.play.step_cap), int):
             return [f"first_image={row.get('first_image')}, num_images={row.get('num_images')}, "
                     f"{self.play.step_cap}={row.get(self.play.step_cap)}: need integers"]
         reachable = self.reachable(row)
-        problems = unreachable(row, reachable)
+        problems = unreachable(row, self.shown(row))
         if row.get("reference_image") not in reachable:
             problems.append(f"reference_image {row.get('reference_image')} cannot be reached from "
                             f"first_image {row['first_image']} by the moves "

@@ -8,7 +8,7 @@ the upstream wheel from PyPI; its `environment.py` needs only the standard libra
 unmodified on CPython 3.12 (the package requires >= 3.12; our runtime is 3.11). `record_upstream`
 plays every declared case through upstream's `get_environment(config)(entry, data_dir="")`,
 `get_state(hint)` and `evaluate_generated_answer(answer)` in a subprocess, and stores per turn the
-question, the displayed options, the shown image id and (COCO) the crop box the upstream
+question, the displayed options, the shown image id, the path of the image shown and (COCO) the crop box the upstream
 transform passes to `Image.crop`, plus `get_statistics()` and `get_open_ended_gen_answers()`.
 The output is frozen in `tests/data/upstream_recorded.json` (data beside the tests that read
 it, not code); regenerate it with
@@ -92,7 +92,8 @@ def play_ours(case: dict) -> dict:
         if observation.done:
             break
         turns.append({"prompt": observation.question, "options": observation.options,
-                      "image_id": observation.image_id, "box": _ours_box(env)})
+                      "image_id": observation.image_id, "box": _ours_box(env),
+                      "image_path": env.rules.play.frame_path(env.record, env.shown_frame_id())})
         observation = env.step(answer)
     stats = env.statistics()
     return {"name": case["name"], "turns": turns,
@@ -147,7 +148,7 @@ for case in json.load(sys.stdin):
         state["transform"](BoxProbe())
         shown = env.reference_image if env.reference else env.image_id
         turns.append({"prompt": state["prompt"], "options": list(state["options"]),
-                      "image_id": shown, "box": BoxProbe.box})
+                      "image_id": shown, "box": BoxProbe.box, "image_path": state["image_path"]})
         env.evaluate_generated_answer(answer)
     stats = env.get_statistics()
     stats["action_history"] = [NAMES[a] for a in stats["action_history"]]

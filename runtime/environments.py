@@ -31,7 +31,8 @@ Choices where upstream is silent or crashes ([I]/[?] points, documented here):
 - Upstream asserts (crashes) when a correct option names no action of the scenario, or when a
   move leaves the frames (possible only if both ends bind at once); we raise `MalformedRecord`
   for the first and end the episode as wrong for the second.
-- Frames come from the row: frame k of `frames` shows template slot value `frame_ids[k]`.
+- Frames come from the row: frame k of `frames` shows template slot value `frame_ids[k]`; the
+  state's frame is the one shown, unless its scenario patches it (`Behaviour.shown_frame`).
 """
 from __future__ import annotations
 
@@ -216,9 +217,16 @@ class Environment:
         # In OEG the generic hint is appended after the pre-prompted question (tests/oeg.py).
         return prompts.compose_question(text, self.rules.play.pre_prompt, hint)
 
+    def shown_frame_id(self) -> int:
+        """The frame shown now: the reference in reference mode, else the state's frame as the
+        scenario shows it (ROD shows a neighbour in place of the photo upstream's release
+        lacks, by the move that led there)."""
+        if self.mode == "reference":
+            return self.record["reference_image"]
+        return self.rules.shown_frame(self.record, self.image_id, self.last_action)
+
     def current_image(self) -> Image.Image:
-        image_id = self.record["reference_image"] if self.mode == "reference" else self.image_id
-        image = self.frame(image_id).convert("RGB")
+        image = self.frame(self.shown_frame_id()).convert("RGB")
         box = self.rules.view_box(self)
         if box is not None and (box[2] - box[0]) * (box[3] - box[1]) > Image.MAX_IMAGE_PIXELS:
             # a crop allocates its box, whatever the image's size

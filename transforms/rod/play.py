@@ -4,9 +4,13 @@ length; on the first turn only the moves are accepted (naming the category there
 from __future__ import annotations
 
 from proactivebench_builder.core.conformance import case, record
-from proactivebench_builder.core.play import Play, Steps
+from proactivebench_builder.core.play import MalformedRecord, Play, Steps
 
 CONFIG = "Realistic-Occlusion-Dataset"
+# Upstream's `_fix_corruptions`: the one photo its release lacks (the raw dataset holds 1,231 of
+# 88 x 14 = 1,232). Any frame path holding this text is shown with "s6" replaced by "s5" when the
+# move that led there was LEFT, else by "s7", so no episode ever shows it.
+PATCHED_FRAME = "natural_bluebl_greenr-banana-s6"
 
 # Option templates: the occluder's description comes from the manifest's `occluders` map.
 MOVE_LEFT = "Move the {occluder} to the left."
@@ -18,8 +22,29 @@ def unpadded_path(row: dict, frame_id: int) -> str:
     return row["image_template"].format(image=str(frame_id))
 
 
+class OccluderSweep(Steps):
+    """LEFT/RIGHT by one photo, modulo the sweep, showing upstream's neighbour in place of the
+    photo its release lacks."""
+
+    def shown_frame(self, record, image_id, action):
+        path = unpadded_path(record, image_id)
+        if PATCHED_FRAME not in path:
+            return image_id
+        patched = path.replace("s6", "s5" if action == "LEFT" else "s7")
+        for frame_id in range(record["num_images"]):
+            if unpadded_path(record, frame_id) == patched:
+                return frame_id
+        raise MalformedRecord(f"upstream shows {patched!r} in place of {path!r}, and that is "
+                              "no frame of the record")
+
+
 RECORD = record(CONFIG, "r", first_image=7, num_images=14, reference_image=0, options=[
     "Move the red blocks to the left.", "I cannot tell.", "Move the red blocks to the right."])
+
+# The sequence upstream patches (PATCHED_FRAME): frame 6 entered by LEFT shows s5, by RIGHT or
+# at the start s7.
+PATCHED_RECORD = dict(RECORD, key=f"{CONFIG}/patched",
+                      image_template="x/natural_bluebl_greenr-banana-s{image}.jpg")
 
 # Category on the first frame is wrong; moves with letters (either case) and texts; letter E is
 # the second category (shift 3); abstain; junk; step cap.
@@ -35,11 +60,16 @@ CONFORMANCE_CASES = (
     case("rod-hint-fulltext", RECORD, ["move the red blocks to the LEFT.", "Dog."], hint=True),
     case("rod-reference-letter", RECORD, ["B"], mode="reference"),
     case("rod-reference-wrong", RECORD, ["A. Cat."], mode="reference"),
+    case("rod-patched-left", PATCHED_RECORD, ["A", "A", "C", "C", "E"]),
+    case("rod-patched-around", PATCHED_RECORD, ["C"] * 14),
+    case("rod-patched-start", dict(PATCHED_RECORD, first_image=6), ["A", "C", "C", "E"]),
+    case("rod-patched-reference", dict(PATCHED_RECORD, reference_image=6), ["E"],
+         mode="reference"),
 )
 
 PLAY = Play(
     actions={"LEFT": ("to the left",), "RIGHT": ("to the right",)},
-    behaviour=Steps, moves={"LEFT": -1, "RIGHT": 1}, wrap=True,
+    behaviour=OccluderSweep, moves={"LEFT": -1, "RIGHT": 1}, wrap=True,
     first_turn="requests", last_turn="any",   # a category on the first frame is wrong
     hint="Hint: moving the occluding object might reveal what is behind it.",
     reference_prompt="What type of object is in the image?",

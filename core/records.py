@@ -25,10 +25,20 @@ UPSTREAM_EXTRA_FIELDS = (
     "direction", "granularity", "horizontal_step", "vertical_step", "crop",
 )
 
-CROP_TYPE = pa.struct([
-    ("top", pa.float64()), ("left", pa.float64()),
-    ("height", pa.float64()), ("width", pa.float64()),
-])
+# COCO's pixel counts: its step sizes and its crop box. Upstream's records hold them as JSON
+# numbers, integers where they are whole, and the shards keep them so: int64 columns, unless a
+# row of the config holds a fractional one (`has_fractional_pixels`); then that config's shards
+# hold all of them as float64 (`arrow_schema(fractional_pixels=True)`), as a column can hold
+# only one type.
+PIXEL_FIELDS = ("horizontal_step", "vertical_step", "crop")
+CROP_KEYS = ("top", "left", "height", "width")
+
+
+def crop_type(number: pa.DataType) -> pa.DataType:
+    return pa.struct([(k, number) for k in CROP_KEYS])
+
+
+CROP_TYPE = crop_type(pa.int64())
 IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 SOURCE_TYPE = pa.struct([
     ("dataset", pa.string()), ("license", pa.string()), ("files", pa.list_(pa.string())),
@@ -53,8 +63,8 @@ _ARROW_FIELDS = [
     ("max_steps", pa.int64()),
     ("direction", pa.string()),
     ("granularity", pa.int64()),
-    ("horizontal_step", pa.float64()),
-    ("vertical_step", pa.float64()),
+    ("horizontal_step", pa.int64()),
+    ("vertical_step", pa.int64()),
     ("crop", CROP_TYPE),
     ("frame_ids", pa.list_(pa.int64())),
     ("frames", pa.list_(IMAGE_TYPE)),
@@ -95,9 +105,9 @@ HF_FEATURES = {
     "max_steps": _value("int64"),
     "direction": _value("string"),
     "granularity": _value("int64"),
-    "horizontal_step": _value("float64"),
-    "vertical_step": _value("float64"),
-    "crop": {k: _value("float64") for k in ("top", "left", "height", "width")},
+    "horizontal_step": _value("int64"),
+    "vertical_step": _value("int64"),
+    "crop": {k: _value("int64") for k in CROP_KEYS},
     "frame_ids": _sequence(_value("int64")),
     "frames": _sequence({"_type": "Image"}),
     "source": {
@@ -108,10 +118,39 @@ HF_FEATURES = {
 }
 
 
-def arrow_schema() -> pa.Schema:
-    """The Parquet schema of every test/unfiltered shard, with the `datasets` feature metadata."""
-    metadata = {"huggingface": json.dumps({"info": {"features": HF_FEATURES}}, sort_keys=True)}
-    return pa.schema([pa.field(n, t) for n, t in _ARROW_FIELDS], metadata=metadata)
+def arrow_schema(fractional_pixels: bool = False) -> pa.Schema:
+    """The Parquet schema of every test/unfiltered shard, with the `datasets` feature metadata;
+    `fractional_pixels`: the variant whose PIXEL_FIELDS are float64."""
+    fields, features = list(_ARROW_FIELDS), dict(HF_FEATURES)
+    if fractional_pixels:
+        fields = [(n, crop_type(pa.float64()) if n == "crop" else pa.float64()
+                   if n in PIXEL_FIELDS else t) for n, t in fields]
+        features.update({"horizontal_step": _value("float64"),
+                         "vertical_step": _value("float64"),
+                         "crop": {k: _value("float64") for k in CROP_KEYS}})
+    metadata = {"huggingface": json.dumps({"info": {"features": features}}, sort_keys=True)}
+    return pa.schema([pa.field(n, t) for n, t in fields], metadata=metadata)
+
+
+def pixel_values(row: dict) -> list:
+    """The row's pixel counts (PIXEL_FIELDS, the crop's four), nulls left out."""
+    crop = row.get("crop") or {}
+    values = [row.get("horizontal_step"), row.get("vertical_step")]
+    values += [crop.get(k) for k in CROP_KEYS] if isinstance(crop, dict) else []
+    return [v for v in values if v is not None]
+
+
+def has_fractional_pixels(row: dict) -> bool:
+    """Whether a pixel count of the row is a number that is not an integer (11.5, or 11.0 as
+    the record wrote it): its config's shards then hold them as float64."""
+    return any(isinstance(v, float) for v in pixel_values(row))
+
+
+def schema_of(shard_schema: pa.Schema) -> pa.Schema:
+    """The variant of the contract a shard's schema claims (by its horizontal_step column)."""
+    fractional = ("horizontal_step" in shard_schema.names
+                  and pa.types.is_floating(shard_schema.field("horizontal_step").type))
+    return arrow_schema(fractional_pixels=fractional)
 
 
 def empty_row() -> dict:

@@ -111,12 +111,14 @@ class TrainPool:
 class ShardKey(NamedTuple):
     """Which shard a row goes to: its split and scenario (empty for the train split, which all
     scenarios share), its index and the split's shard count, and whether the test split is the
-    same shard (no filter dropped anything: written once, linked)."""
+    same shard (no filter dropped anything: written once, linked), and whether the config's
+    pixel counts are written as float64 (a row holds a fractional one: core.records)."""
     split: str
     scenario: str
     index: int
     count: int
     copy_to_test: bool
+    fractional_pixels: bool = False
 
 
 @dataclass(frozen=True, slots=True)

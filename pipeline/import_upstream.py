@@ -31,7 +31,7 @@ from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.core.layout import EXPORT_MARKER
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import (
-    UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
+    CROP_KEYS, UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
 from proactivebench_builder.pipeline.dataset_card import STAND_IN_WORDS
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.spread import Spread
@@ -44,8 +44,9 @@ MAX_LINE_BYTES = 16 << 20
 MAX_FRAMES = 10_000
 # The integer fields from which frame lists are derived.
 FRAME_COUNT_FIELDS = ("first_image", "num_images", "reference_image", "step_size", "max_steps")
-# What a record's fields must be: the record contract's Arrow types (core.records).
-_TYPES = {f.name: f.type for f in arrow_schema()}
+# What a record's fields must be: the record contract's Arrow types (core.records), a pixel
+# count an integer or a fractional number (the shards keep which).
+_TYPES = {f.name: f.type for f in arrow_schema(fractional_pixels=True)}
 _CHECKED_FIELDS = UPSTREAM_COMMON_FIELDS + UPSTREAM_EXTRA_FIELDS + (
     "question_type", "key", "frame_ids", "source")
 
@@ -354,11 +355,8 @@ class ImportRecord(beam.DoFn):
             row[field] = record[field]
         for field in UPSTREAM_EXTRA_FIELDS + ("question_type",):
             row[field] = record.get(field)
-        if row["crop"] is not None:
-            row["crop"] = {k: float(row["crop"][k]) for k in ("top", "left", "height", "width")}
-        for field in ("horizontal_step", "vertical_step"):
-            if row[field] is not None:
-                row[field] = float(row[field])
+        if row["crop"] is not None:  # in the contract's key order (the values as they are)
+            row["crop"] = {k: row["crop"].get(k) for k in CROP_KEYS}
         row["key"] = record.get("key") or f"{config}/{row['id']}"
         if not row["key"].startswith(f"{config}/"):
             raise BadRecord(f"key {_shown(row['key'])} is not a key of {config}")

@@ -13,13 +13,13 @@ from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
-from proactivebench_builder.core.records import arrow_schema
+from proactivebench_builder.core.records import arrow_schema, has_fractional_pixels
 from proactivebench_builder.filters.selection import apply_selection
 from proactivebench_builder.pipeline import failures, progress, upstream_export
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.train import train_shard_rows, write_train_shard
 from proactivebench_builder.pipeline.writers import (
-    FrameChanged, checked_frame, dropped_the_only_shard, shard_plan, write_parquet)
+    FrameChanged, checked_frame, dropped_the_only_shard, ordered_shard_plan, write_parquet)
 
 LOG = logging.getLogger(__name__)
 
@@ -80,21 +80,23 @@ class AssignIdsAndShards(beam.DoFn):
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
         yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report)
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
-        # Both splits use one shard plan (salted by the scenario alone), so when the test split
-        # keeps the whole pool its shards are the pool's, byte for byte: written once, linked.
+        # Both splits are cut into runs in id order, so when the test split keeps the whole pool
+        # its shards are the pool's, byte for byte: written once, linked.
         same = len(kept) == len(rows)
+        fractional = any(has_fractional_pixels(r) for r in rows)  # one column type per config
         splits = [(UNFILTERED, rows)] if same else [
             (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
         for split, split_rows in splits:
             # An empty split gets no shard: `datasets` cannot load a 0-row Parquet file
             # ("BatchSize must be greater than 0"); the card leaves the split out instead.
-            plan = shard_plan([r["key"] for r in split_rows], rows_per_shard, name)
+            plan = ordered_shard_plan([r["key"] for r in split_rows], rows_per_shard)
             if plan:
                 progress.report(self.config.progress_dir, progress.PLANNED, name,
                                 len(set(plan.values())))
             for row in split_rows:
                 index, count = plan[row["key"]]
-                yield results.ShardRow(results.ShardKey(split, name, index, count, same), row)
+                yield results.ShardRow(
+                    results.ShardKey(split, name, index, count, same, fractional), row)
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)
@@ -220,7 +222,7 @@ class WriteShard(beam.DoFn):
         progress.flush(self.config.progress_dir)
 
     def write(self, shard: results.ShardKey, rows):
-        split, name, index, count, copy_to_test = shard
+        split, name, index, count, copy_to_test, fractional = shard
         if split == TRAIN:
             yield from write_train_shard(
                 self.config, index, count, rows,
@@ -259,7 +261,8 @@ class WriteShard(beam.DoFn):
         config = scenario.config_name
         url = shard_url(output, split, config, index, count)
         written = write_parquet(url, produced_ahead(self.frames_thread(), materialized),
-                                arrow_schema(), int(scenario.params.get("rows_per_row_group", 64)))
+                                arrow_schema(fractional),
+                                int(scenario.params.get("rows_per_row_group", 64)))
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         for row, err in dropped:
             LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)

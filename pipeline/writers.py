@@ -1,6 +1,7 @@
 """Deterministic Parquet shards, written the way TensorFlow Datasets' Beam writer does it.
 
-Which shard a row lands in depends only on md5 of its `key` (never on bundle or worker order);
+Which shard a row lands in depends only on its place in id order (a test or unfiltered split:
+consecutive runs) or on md5 of its `key` (the train split), never on bundle or worker order;
 rows are sorted by `id` inside a shard; shards that would be empty are dropped and the rest
 numbered without gaps; every file is written under a temporary name and renamed when complete.
 `beam.io.WriteToParquet(num_shards=N)` round-robins from a random start, so it is not used.
@@ -23,6 +24,16 @@ from proactivebench_builder.transforms.base import SourceChanged
 LOG = logging.getLogger(__name__)
 
 _HASH_SPACE = 2 ** 128
+
+
+def ordered_shard_plan(keys: list[str], rows_per_shard: int) -> dict[str, tuple[int, int]]:
+    """key -> (shard index, shard count) for keys given in id order: consecutive runs of as
+    equal a length as can be, so reading the shards in their order gives the rows in id order
+    (a user's `load_dataset` sees a config as its ids run)."""
+    if not keys:
+        return {}
+    count = max(1, math.ceil(len(keys) / rows_per_shard))
+    return {k: (position * count // len(keys), count) for position, k in enumerate(keys)}
 
 
 def shard_plan(keys: list[str], rows_per_shard: int, salt: str) -> dict[str, tuple[int, int]]:

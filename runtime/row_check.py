@@ -33,7 +33,7 @@ MAX_FRAMES = 4096          # frames one row may name (upstream's largest: 14)
 REQUIRED = records.UPSTREAM_COMMON_FIELDS
 SIZED = ("first_image", "num_images", "reference_image", "step_size", "max_steps",
          "granularity")
-_SCHEMA = records.arrow_schema()
+_SCHEMA = records.arrow_schema(fractional_pixels=True)  # pixel counts: integers or fractions
 # What a scenario's hooks raise on a row whose values they cannot use (types are checked first)
 _UNUSABLE = (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError)
 

@@ -7,7 +7,8 @@ What is checked (each check names the file and the row's key in its message):
   shards on disk; the dataset card's `configs:` block names exactly the config folders, and each
   of its `data_files` globs matches at least one shard; shard files in a folder are exactly
   `test-00000-of-0000N` .. `test-0000(N-1)-of-0000N`;
-- each shard: columns, order and types equal `pipeline.records.arrow_schema()`, with the
+- each shard: columns, order and types equal `core.records.arrow_schema()` (its variant with
+  fractional pixel counts where the shard holds them), with the
   `datasets` feature metadata that makes `load_dataset` decode frames as images;
 - each row: `answer` in `categories`, exactly 4 distinct categories, options present and
   non-empty (exactly one abstain option, every other option naming exactly one upstream action),
@@ -44,7 +45,8 @@ from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
-from proactivebench_builder.core.records import INT_COLUMNS, arrow_schema, train_arrow_schema
+from proactivebench_builder.core.records import (
+    INT_COLUMNS, arrow_schema, schema_of, train_arrow_schema)
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
@@ -64,7 +66,7 @@ MAX_ROW_INTEGER = 1_000_000
 # ---- one shard ----------------------------------------------------------------------------
 
 def schema_problems(actual, where: str, expected=None) -> list[str]:
-    expected = expected or arrow_schema()
+    expected = expected or schema_of(actual)
     problems = []
     missing = [n for n in expected.names if n not in actual.names]
     extra = [n for n in actual.names if n not in expected.names]
@@ -396,7 +398,7 @@ class FolderValidator:
             self.problems.append(f"{where}: unreadable Parquet: {type(err).__name__}: {err}")
             return
         self.problems += schema_problems(schema, where)
-        if not has_columns(schema, arrow_schema()):
+        if not has_columns(schema, schema_of(schema)):
             return  # rows cannot be checked without every column, of its type
         columns = [c for c in arrow_schema().names if self.decode_frames or c != "frames"]
         before = self.rows[(split, config)]

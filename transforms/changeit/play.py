@@ -59,15 +59,18 @@ class VideoSteps(Behaviour):
         options = options + [REWIND_OPTION]
         return ",".join(a.replace(".", "") for a in options + categories) + "."
 
+    def states(self, record) -> list[int]:
+        """Every frame an episode visits: first_image -/+ k * step_size inside the video, for
+        k below the cap (a move that would leave the video is hidden)."""
+        n, first, step, cap = (record["num_images"], record["first_image"],
+                               record["step_size"], record["max_steps"])
+        return [first + k * step for k in range(-(cap - 1), cap) if 0 <= first + k * step < n]
+
     def reachable_frame_ids(self, record):
-        n, first = record["num_images"], record["first_image"]
-        step = record["step_size"] or 1
-        ids = {i for i in range(n) if (i - first) % step == 0}
-        return sorted(ids | {first, record["reference_image"]})
+        return sorted(set(self.states(record)) | {record["first_image"], record["reference_image"]})
 
     def upstream_frame_ids(self, record):
-        step, first = int(record["step_size"]), int(record["first_image"])
-        return sorted({f for f in range(first % step, int(record["num_images"]), step)})
+        return self.reachable_frame_ids(record)
 
     def record_problems(self, row):
         """+-step_size, not circular, at most max_steps turns."""
@@ -82,8 +85,7 @@ class VideoSteps(Behaviour):
         if (row.get("reference_image", 0) - first) % step:
             problems.append(f"reference_image {row.get('reference_image')} is not a whole number "
                             f"of steps of {step} from first_image {first}")
-        reachable = [first + k * step for k in range(-(cap - 1), cap) if 0 <= first + k * step < n]
-        return problems + unreachable(row, reachable)
+        return problems + unreachable(row, self.states(row))
 
 
 RECORD = record(CONFIG, "c", first_image=0, num_images=10, reference_image=9, step_size=3,

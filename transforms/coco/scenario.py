@@ -252,8 +252,8 @@ class Coco(Scenario):
             categories=self.pick_categories(key, category, self.distractor_pool(item)),
             answer=format_category(category),
             direction=plan.direction, granularity=plan.granularity,
-            horizontal_step=float(plan.horizontal_step), vertical_step=float(plan.vertical_step),
-            crop={k: float(v) for k, v in plan.crop.items()},
+            horizontal_step=int(plan.horizontal_step), vertical_step=int(plan.vertical_step),
+            crop={k: int(v) for k, v in plan.crop.items()},
         )
         row["source"]["files"] = [f"{item['annotations']}#annotation_id={item['annotation_id']}",
                                   relative_image]

@@ -36,11 +36,15 @@ class QualityLadder(Steps):
         options, categories = self.accepted(env)
         return ", ".join(a.replace(".", "") for a in options + categories) + "."
 
-    def reachable_frame_ids(self, record):
-        return sorted(set(self.LEVELS) | {record["first_image"], record["reference_image"]})
-
     def upstream_frame_ids(self, record):
-        return list(range(int(record["first_image"]), 0, -1))
+        """Each turn one level milder from first_image, down to level 1, for the num_images
+        turns an episode has; then the reference when no turn shows it."""
+        first = record["first_image"]
+        levels = [first - t for t in range(record["num_images"]) if first - t >= 1]
+        return list(dict.fromkeys(levels + [record["reference_image"]]))
+
+    def reachable_frame_ids(self, record):
+        return sorted(self.upstream_frame_ids(record))
 
     def record_problems(self, row):
         """The 5 severity levels, each suggestion one level milder."""

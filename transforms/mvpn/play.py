@@ -3,7 +3,7 @@ on the last turn only the category counts (upstream's `MVPNEnvironment`)."""
 from __future__ import annotations
 
 from proactivebench_builder.core.conformance import case, foreign, record
-from proactivebench_builder.core.play import Behaviour, Play, cap_problem
+from proactivebench_builder.core.play import Behaviour, Play, unreachable
 
 CONFIG = "MVP-N"
 
@@ -25,11 +25,22 @@ ROTATE_REQUESTS = (
 )
 
 
+def chain(row: dict) -> list[int]:
+    """The view shown on each turn: first_image, then valid_images[t] on turn t (upstream's
+    `_prepare_next_state`), for the num_images turns an episode has."""
+    return [row["first_image"]] + list(row["valid_images"][1:row["num_images"]])
+
+
+def informative_views(row: dict) -> set[int]:
+    """The views upstream reads from the informative location: the one of the last turn, and
+    the reference (reference mode)."""
+    return {chain(row)[-1], row["reference_image"]}
+
+
 def view_path(row: dict, frame_id: int) -> str:
     """`{image}` is the view id zero-padded to 4 digits, `{informative}` is 1 only for the view
     shown on the last turn and in reference mode (upstream's slot rules)."""
-    last = row["valid_images"][row["num_images"] - 1]
-    informative = int(frame_id in (last, row["reference_image"]))
+    informative = int(frame_id in informative_views(row))
     return row["image_template"].format(informative=informative, image=f"{frame_id:04d}")
 
 
@@ -47,23 +58,27 @@ class ValidImagesChain(Behaviour):
         return env.record["num_images"] - 1 - env.num_turns
 
     def reachable_frame_ids(self, record):
-        ids = set(record["valid_images"])
-        return sorted(ids | {record["first_image"], record["reference_image"]})
+        return sorted(set(chain(record)) | {record["reference_image"]})
 
     def upstream_frame_ids(self, record):
-        return list(record["valid_images"])
+        """The chain's views in play order, then the reference when no turn shows it."""
+        return list(dict.fromkeys(chain(record) + [record["reference_image"]]))
 
     def record_problems(self, row):
-        """The chain is `valid_images`; the last one is the informative reference."""
-        valid = row.get("valid_images")
-        if not valid:
-            return ["no valid_images"]
-        problems = cap_problem(row, len(valid), "len(valid_images)")
-        if sorted(valid) != sorted(row.get("frame_ids") or []):
-            problems.append(f"valid_images {valid} differ from frame_ids {row.get('frame_ids')}")
-        if row.get("first_image") != valid[0] or row.get("reference_image") != valid[-1]:
-            problems.append(f"first/reference ({row.get('first_image')}, "
-                            f"{row.get('reference_image')}) are not the chain's ends {valid}")
+        """A view for every turn (upstream indexes valid_images by the turn), every view an
+        episode shows present, and none shown from both locations (a frame id holds one
+        image)."""
+        valid, n = row.get("valid_images"), row.get("num_images")
+        if not valid or not n or n < 1:
+            return [f"valid_images={valid}, num_images={n}: need a view for every turn"]
+        if len(valid) < n:
+            return [f"num_images={n} turns but {len(valid)} valid_images: the last turns "
+                    "have no view"]
+        problems = unreachable(row, self.reachable_frame_ids(row))
+        both = sorted(set(chain(row)[:-1]) & informative_views(row))
+        if both:
+            problems.append(f"views {both} are shown both as uninformative and as informative: "
+                            "a frame id holds one image")
         return problems
 
 

@@ -1,5 +1,5 @@
 """docs/inputs.md stays true to the suite: every test it cites exists, and every row of an input
-section cites at least one (issue 22: every input has a guarantee and a test)."""
+section cites at least one (every input has a guarantee and a test)."""
 from __future__ import annotations
 
 import os

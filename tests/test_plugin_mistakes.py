@@ -1,6 +1,6 @@
-"""What a scenario author gets wrong first, found by a newcomer who wrote plug-ins from the README
-alone: each is one clear line (or a dead letter naming it), never a traceback or a silently
-wrong benchmark; and `Steps` plays any declared offset."""
+"""What a scenario author gets wrong first, found by a newcomer who wrote plug-ins from
+docs/adding_a_scenario.md alone: each is one clear line (or a dead letter naming it), never a
+traceback or a silently wrong benchmark; and `Steps` plays any declared offset."""
 from __future__ import annotations
 
 import os
@@ -195,6 +195,6 @@ def test_an_update_that_cannot_see_a_kept_plugin_is_refused_before_any_work(
 
 
 def test_a_frame_kind_of_a_plugin_still_imports_its_export():
-    """The README says so: an overridden load_frame hands `file` refs to super()."""
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    """docs/adding_a_scenario.md says so: an overridden load_frame hands `file` refs to super()."""
+    text = open(os.path.join(REPO, "docs", "adding_a_scenario.md"), encoding="utf-8").read()
     assert "super().load_frame(ref)" in textwrap.dedent(text)

@@ -1,6 +1,6 @@
-"""The README's "Adding a scenario" is enough to write a working scenario: its example module
-and manifest, copied out of the README as they stand, are built, validated and played by the
-commands the section gives (in fresh processes, with PROACTIVEBENCH_SCENARIO_PATH naming only
+"""docs/adding_a_scenario.md is enough to write a working scenario: its example module and
+manifest, copied out of the page as they stand, are built, validated and played by the
+commands the page gives (in fresh processes, with PROACTIVEBENCH_SCENARIO_PATH naming only
 the example's folder). Only `--runner=FnApiRunner` is added, as every test pins the runner."""
 from __future__ import annotations
 
@@ -12,23 +12,20 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUIDE = os.path.join("docs", "adding_a_scenario.md")
 
 
-def readme_section(title: str = "## Adding a scenario") -> str:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
-        text = handle.read()
-    assert title in text, f"README.md has no {title!r} section"
-    section = text[text.index(title) + len(title):]
-    following = re.search(r"^## ", section, re.MULTILINE)
-    return section[:following.start()] if following else section
+def guide_text() -> str:
+    with open(os.path.join(REPO, GUIDE), encoding="utf-8") as handle:
+        return handle.read()
 
 
 def code_blocks(section: str) -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
 
 
-def test_the_readme_example_scenario_works(tmp_path):
-    blocks = code_blocks(readme_section())
+def test_the_guides_example_scenario_works(tmp_path):
+    blocks = code_blocks(guide_text())
     files = {}
     for language, body in blocks:
         first = body.splitlines()[0]

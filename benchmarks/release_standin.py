@@ -269,18 +269,21 @@ def tiny_image(path: str) -> bytes:
     return out.getvalue()
 
 
-def write(out: str, upstream: str, rod_s6: str, scale: float) -> dict:
+def write(out: str, upstream: str, rod_s6: str, scale: float, paths_file: str | None = None
+          ) -> dict:
     sys.path.insert(0, upstream)
     from proactivebench import environment  # noqa: E402 (upstream's own code)
 
     kept = read_filter(upstream)
-    summary = {}
+    summary, per_record = {}, {}
     os.makedirs(out, exist_ok=True)
     for config in CONFIGS:
         rows = records(config, kept[config], scale)
         paths = set()
         for record in rows:
-            paths |= shown_paths(environment, config, record)
+            shown = shown_paths(environment, config, record)
+            per_record.setdefault(config, {})[record["id"]] = sorted(shown)
+            paths |= shown
         with open(os.path.join(out, f"{config}_preprocessed.jsonl"), "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
         for path in sorted(paths):
@@ -297,6 +300,9 @@ def write(out: str, upstream: str, rod_s6: str, scale: float) -> dict:
         with open(s6, "wb") as f:
             f.write(b"\xff\xd8\xff\xe0 not a whole JPEG")
     summary["rod_s6"] = rod_s6
+    if paths_file:
+        with open(paths_file, "w", encoding="utf-8") as f:
+            json.dump(per_record, f)
     return summary
 
 
@@ -307,8 +313,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="the test/ folder to write")
     parser.add_argument("--rod_s6", choices=("missing", "corrupt", "present"), default="missing")
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--paths", metavar="JSON",
+                        help="also write {config: {id: [every path upstream shows]}} there")
     args = parser.parse_args(argv)
-    print(json.dumps(write(args.out, args.upstream, args.rod_s6, args.scale), indent=1))
+    print(json.dumps(write(args.out, args.upstream, args.rod_s6, args.scale, args.paths),
+                     indent=1))
     return 0
 
 

@@ -567,18 +567,20 @@ def test_release_shaped_records_with_placeholder_answers_are_stand_ins(tmp_path)
     MVP-N's placeholders are still not the release's."""
     from proactivebench_builder.core.config import KEEP_LIST, Selection
     from proactivebench_builder.pipeline.commands.configure import imported_stand_ins
+    from proactivebench_builder.pipeline.commands.import_check import scan_config
+
+    def stand_ins(folder, selection):
+        return imported_stand_ins(folder, [scan_config(folder, MVPN, "mvpn")], selection)
 
     records = [dict(r, answer=f"Product {n % 44:04d}.") for n, r in
                enumerate(mvpn_release_records())]
     folder = write_release(tmp_path / "test", {MVPN: records}, {})
-    found = imported_stand_ins(folder, [MVPN], {MVPN: "mvpn"},
-                               Selection(mode=KEEP_LIST, keep_list="released"))
+    found = stand_ins(folder, Selection(mode=KEEP_LIST, keep_list="released"))
     assert [i["kind"] for i in found["mvpn"]] == ["placeholders"]
     assert "66 of 66 records answer with a placeholder" in found["mvpn"][0]["what"]
     clean = write_release(tmp_path / "clean", {MVPN: mvpn_release_records()}, {})
-    assert imported_stand_ins(clean, [MVPN], {MVPN: "mvpn"},
-                              Selection(mode=KEEP_LIST, keep_list="released")) == {}
-    unfiltered = imported_stand_ins(clean, [MVPN], {MVPN: "mvpn"}, Selection())
+    assert stand_ins(clean, Selection(mode=KEEP_LIST, keep_list="released")) == {}
+    unfiltered = stand_ins(clean, Selection())
     assert [i["kind"] for i in unfiltered["mvpn"]] == ["not_released_split"]
 
 

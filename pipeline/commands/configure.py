@@ -19,7 +19,7 @@ from proactivebench_builder.core.errors import (
     MissingPackage, ScenarioError, SourceError, UsageError)
 from proactivebench_builder.core.manifests import (
     ManifestError, constraint_problems, parameter_problem, parameter_rule, settable_problem)
-from proactivebench_builder.core.released import count_kept, released_counts
+from proactivebench_builder.core.released import count_kept, released_counts, released_kept_ids
 from proactivebench_builder.filters.coverage import check_before_work, pool_setting_changes
 from proactivebench_builder.filters.leakage import (
     RELEASED, KeepListError, keep_list_problem, load_keep_list, released_count_problem)
@@ -27,8 +27,9 @@ from proactivebench_builder.filters.predictions import (
     PredictionsError, read_all_predictions, read_predictions, train_confidences,
     unknown_configs_problem)
 from proactivebench_builder.pipeline import __version__
-from proactivebench_builder.pipeline.import_upstream import (
-    fingerprint, folder_stand_ins, present_configs, record_ids, template_folder)
+from proactivebench_builder.pipeline.commands.import_check import (
+    check_frames, check_records, check_unzipped, fingerprint, folder_stand_ins, present_configs,
+    scan_config)
 from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
@@ -278,22 +279,31 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
                     else "")
             raise SystemExit(f"--import_upstream {folder}: no <config>_preprocessed.jsonl of the "
                              f"chosen scenarios there{hint}")
-        check_unzipped(folder, configs)
-        if selection.keep_list == RELEASED:
-            check_released_counts(folder, [scenarios[n].config_name for n in scenarios], configs)
+        released = selection.keep_list == RELEASED
+        if released:
+            check_released_present(folder, [scenarios[n].config_name for n in scenarios], configs)
+        if selection.mode == KEEP_LIST:
+            check_keep_list(opts.keep_list, configs, aliases)
+        scans = scan_release(folder, configs, config_to_scenario)
+        check_unzipped(folder, scans)
+        if released:
+            check_released_counts(folder, scans)
+        kept_of = kept_ids(selection, opts.keep_list, scans)
+        for scan in scans:
+            check_records(folder, scan, kept_of.get(scan.config), opts.max_bad_fraction,
+                          released)
+        check_frames(folder, scans, kept_of, opts.max_bad_fraction, released)
         scenarios = {config_to_scenario[c]: scenarios[config_to_scenario[c]] for c in configs}
         imported = {"import_upstream": folder, "import_configs": tuple(configs),
                     "keep_ids": True}
         sources = {n: folder for n in scenarios}
-        if selection.mode == KEEP_LIST:
-            check_keep_list(opts.keep_list, configs, aliases)
         try:
             origin = fingerprint(folder, configs)
         except OSError as err:  # e.g. a JSONL that is a FIFO, or unreadable
             raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
                              f"{err.strerror or err}") from None
         selection = Selection(**{**selection.as_dict(), "origin": origin})
-        found_stand_ins = imported_stand_ins(folder, configs, config_to_scenario, selection)
+        found_stand_ins = imported_stand_ins(folder, scans, selection)
     else:
         sources = resolve_sources(opts, scenarios)
         if not opts.no_train:
@@ -330,10 +340,8 @@ RELEASE_HINT = ("fetch the release's whole test/ folder and unzip its archives t
                 "Regenerating the benchmark")
 
 
-def check_released_counts(folder: str, chosen: list[str], present: list[str]) -> None:
-    """--keep_list released: the folder holds every chosen config of the release, and each keeps
-    as many samples as the release does, counted from the JSONL ids (small files) before any
-    work; else one line naming each config and both numbers."""
+def check_released_present(folder: str, chosen: list[str], present: list[str]) -> None:
+    """--keep_list released: the folder holds every chosen config of the release."""
     counts = released_counts()
     missing = [c for c in chosen if c in counts and c not in present]
     if missing:
@@ -342,18 +350,46 @@ def check_released_counts(folder: str, chosen: list[str], present: list[str]) ->
                 f"{c}_preprocessed.jsonl (the release keeps {counts[c]:,} samples)"
                 for c in missing) + f"; {RELEASE_HINT}, or leave those configs out with "
             "--scenarios")
+
+
+def scan_release(folder: str, configs: list[str], config_to_scenario: dict) -> list:
+    """Every chosen config's records, read and judged once (pipeline.commands.import_check)."""
+    try:
+        return [scan_config(folder, c, config_to_scenario[c]) for c in configs]
+    except (OSError, ValueError) as err:  # e.g. a JSONL that is a FIFO, or far too large
+        raise UsageError(f"--import_upstream {folder}: "
+                         f"{(err.filename or '') + ': ' if getattr(err, 'filename', None) else ''}"
+                         f"{getattr(err, 'strerror', None) or err}") from None
+
+
+def check_released_counts(folder: str, scans: list) -> None:
+    """--keep_list released: each config keeps as many samples as the release does, counted
+    from its records' ids as upstream's loader counts them; else one line naming each config
+    and both numbers."""
     problems = []
-    for config in present:
-        try:
-            kept = count_kept(config, record_ids(folder, config))
-        except (OSError, ValueError) as err:
-            raise UsageError(f"--keep_list released: {err}") from None
-        problem = released_count_problem(config, kept, "its records keep")
+    for scan in scans:
+        problem = released_count_problem(scan.config, count_kept(scan.config, scan.ids),
+                                         "its records keep")
         if problem:
-            problems.append(problem + f" ({config}_preprocessed.jsonl)")
+            problems.append(problem + f" ({scan.config}_preprocessed.jsonl)")
     if problems:
         raise UsageError(f"--keep_list released: {folder} is not the release's test/ folder: "
                          + "; ".join(problems) + f"; {RELEASE_HINT}")
+
+
+def kept_ids(selection: Selection, keep_list: str | None, scans: list) -> dict:
+    """config -> the ids the filter keeps, for the configs a keep list filters (the released
+    one: as upstream's loader keeps them, less the clips it skips); predictions or no filter
+    keep every record (absent)."""
+    if selection.mode != KEEP_LIST:
+        return {}
+    if keep_list == RELEASED:
+        listed = released_kept_ids()
+        return {s.config: frozenset(i for i, strong in s.ids
+                                    if i in listed.get(s.config, ()) and strong is not False)
+                for s in scans}
+    kept = load_keep_list(keep_list)
+    return {s.config: frozenset(kept.get(s.config, ())) for s in scans}
 
 
 NOT_RELEASED = {
@@ -366,44 +402,18 @@ NOT_RELEASED = {
 }
 
 
-def imported_stand_ins(folder: str, configs: list[str], config_to_scenario: dict,
-                       selection: Selection) -> dict:
+def imported_stand_ins(folder: str, scans: list, selection: Selection) -> dict:
     """scenario -> what in an import stands in for the benchmark: what the folder's records are
-    (pipeline.import_upstream.folder_stand_ins), and, unless the released keep list was applied
+    (pipeline.commands.import_check.folder_stand_ins), and, unless the released keep list was applied
     (its counts checked before), that the split is not the released one. So the card says
     "imported from the upstream release" only of the released split of records that look like
     the release's."""
-    try:
-        found = folder_stand_ins(folder, {c: config_to_scenario[c] for c in configs})
-    except OSError as err:
-        raise UsageError(f"--import_upstream {folder}: {err.filename or ''}: "
-                         f"{err.strerror or err}") from None
+    found = folder_stand_ins(folder, scans)
     if selection.keep_list != RELEASED:
         what = NOT_RELEASED[selection.mode].format(**selection.as_dict())
-        for config in configs:
-            found.setdefault(config_to_scenario[config], []).append(
-                {"kind": "not_released_split", "what": what})
+        for scan in scans:
+            found.setdefault(scan.name, []).append({"kind": "not_released_split", "what": what})
     return found
-
-
-def check_unzipped(folder: str, configs: list[str]) -> None:
-    """The release ships its images as *.zip archives beside the JSONL files. Left zipped, every
-    record would become a dead letter ("missing frame file") after a full read: refused before
-    any work instead, naming the archives, when a folder the records' templates start in is
-    missing."""
-    archives = sorted(n for n in fileio.list_names(folder) if n.lower().endswith(".zip"))
-    if not archives:
-        return
-    try:
-        tops = [template_folder(folder, c) for c in configs]
-    except OSError:
-        return  # an unreadable JSONL: the fingerprint names it
-    missing = [top for top in tops if top and not fileio.exists(fileio.join(folder, top))]
-    if missing:
-        raise UsageError(f"--import_upstream {folder}: unzip the archives first: "
-                         f"{', '.join(archives)} (the records' images are in them: no "
-                         f"{', '.join(f'{m}/' for m in sorted(set(missing)))} in the folder "
-                         "yet): README, Regenerating the benchmark")
 
 
 MINIATURE = ("built from the bundled miniature source (a few generated items in the real "

@@ -313,12 +313,15 @@ def test_the_previous_reports_of_an_update_are_read_or_refused_in_one_line(tmp_p
 @example(lines=b"[" * 100000)
 @example(lines=b'{"id": 1e400}\n{"id": "x"}\n[1]\n{"id": 3}')
 def test_the_ids_of_a_release_jsonl_are_counted_or_skipped(tmp_path_factory, lines):
-    """import_upstream.record_ids (what --keep_list released counts before any work): any line
-    is an (id, strong_occlusions) pair or skipped, never an exception."""
-    from proactivebench_builder.pipeline import import_upstream
+    """import_check.scan_config (what --import_upstream reads of every record before any work,
+    and the ids --keep_list released counts): any line is a record judged good, or a bad one
+    with its line number and a one-line reason, never an exception."""
+    from proactivebench_builder.pipeline.commands import import_check
 
     folder = str(tmp_path_factory.mktemp("release"))
     with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
         handle.write(lines)
-    found = import_upstream.record_ids(folder, "QuickDraw")
-    assert all(isinstance(i, int) for i, _ in found)
+    scan = import_check.scan_config(folder, "QuickDraw", "quickdraw")
+    assert all(isinstance(i, int) for i, _ in scan.ids)
+    assert scan.records == len(scan.rows) + len(scan.bad)
+    assert all(isinstance(n, int) and "\n" not in reason for n, _, reason in scan.bad)

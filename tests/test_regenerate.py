@@ -177,6 +177,58 @@ def test_route_1_refuses_a_release_folder_missing_a_chosen_config(tmp_path, rele
     assert not out.exists()
 
 
+PATCHED = "natural_bluebl_greenr-banana"  # the sequence upstream's ROD environment patches
+
+
+def release_lacking_the_patched_frame(folder, s6: str) -> str:
+    """The release-shaped ROD and VSOD records, ROD's id 0 being the banana sequence whose s6
+    upstream shows as s5 or s7: that frame `missing` or `corrupt`, as in the release."""
+    rod, frames = rod_records()
+    rod[0] = dict(rod[0], image_template=f"{ROD}/{PATCHED}-s{{image}}.jpg",
+                  options=["Move the blue blocks to the left.", "I cannot tell.",
+                           "Move the blue blocks to the right."],
+                  categories=["Banana.", "Vase.", "Hammer.", "Plate."], answer="Banana.")
+    for frame in range(14):
+        frames[f"{ROD}/{PATCHED}-s{frame}.jpg"] = tiny_jpeg(10 * frame + 5)
+    if s6 == "missing":
+        del frames[f"{ROD}/{PATCHED}-s6.jpg"]
+    else:
+        frames[f"{ROD}/{PATCHED}-s6.jpg"] = b"\xff\xd8\xff\xe0 not a whole JPEG"
+    vsod, vsod_frames = vsod_records()
+    return write_release(folder, {ROD: rod, VSOD: vsod}, {**frames, **vsod_frames})
+
+
+@pytest.mark.parametrize("s6", ["missing", "corrupt"])
+def test_route_1_imports_a_release_lacking_the_frame_upstream_patches(tmp_path, s6):
+    """Upstream's ROD environment never shows natural_bluebl_greenr-banana-s6 (it shows s5
+    when LEFT led there, else s7): the import neither needs it nor drops the sample, the
+    released counts hold, the folder validates, and the sample plays as upstream plays it."""
+    from proactivebench_builder.runtime import environments as envs
+
+    folder = release_lacking_the_patched_frame(tmp_path / "test", s6)
+    out = str(tmp_path / "released")
+    report = run(out, "/unused", "rod,vsod", f"--import_upstream={folder}",
+                 "--keep_list=released")
+    assert report["status"] == "ok" and report["scenarios"]["rod"]["dead_letters"] == 0
+    assert cli.main(["validate", out]) == 0
+    rod = datasets.load_dataset(out, name=ROD, split="test")
+    assert len(rod) == 88 and rod["id"] == RELEASED[ROD]  # every sample, in id order
+    row = rod[0]
+    assert row["frame_ids"] == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13]
+    left, right = row["options"][0], row["options"][2]
+    env = envs.make_environment(row)
+    shown = [env.shown_frame_id()]
+    for answer in (left, left, right, right):
+        env.step(answer)
+        shown.append(env.shown_frame_id())
+    # states 7, 6 (by LEFT: s5), 5, 6 (by RIGHT: s7), 7
+    assert shown == [7, 5, 5, 7, 7]
+    on_disk = open(os.path.join(folder, ROD, f"{PATCHED}-s5.jpg"), "rb").read()
+    env = envs.make_environment(row)
+    env.step(left)
+    assert env.current_image().tobytes() == Image.open(io.BytesIO(on_disk)).convert("RGB").tobytes()
+
+
 def test_route_1_points_at_the_test_folder(tmp_path, release, capsys):
     assert build_cli(f"--output={tmp_path / 'out'}", "--scenarios=rod",
                      f"--import_upstream={os.path.dirname(release)}",

@@ -39,6 +39,9 @@ The fields:
 - `probe_suggestions`: the options the scenario adds to that fixed pool.
 - `conformance_cases`: scripted episodes that `runtime.conformance` plays through upstream's own
   environments and ours.
+- `record_fields`: the scenario extras of the record contract its environment reads of every
+  record (besides the fields every environment reads, `core.records.UPSTREAM_COMMON_FIELDS`),
+  e.g. MVP-N's `valid_images`: an imported record lacking one cannot be played.
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ from typing import Callable
 from PIL import Image
 
 from proactivebench_builder.core import vocabulary
-from proactivebench_builder.core.records import INT_COLUMNS
+from proactivebench_builder.core.records import INT_COLUMNS, UPSTREAM_EXTRA_FIELDS
 from proactivebench_builder.core.vocabulary import VocabularyError
 
 TURN_RULES = ("any", "requests", "category")
@@ -120,6 +123,11 @@ class Behaviour:
 
     def next_image(self, env, action: str) -> int:
         raise NotImplementedError
+
+    def patched_frames(self, record: dict) -> dict[int, str]:
+        """frame id -> why no episode of `record` shows that frame although its state is
+        reached (the scenario patches it: `shown_frame`); the build report lists them."""
+        return {}
 
     def shown_frame(self, record: dict, image_id: int, action: str | None) -> int:
         """The frame id shown in state `image_id` when `action` led there (None: the first
@@ -314,6 +322,7 @@ class Play:
     upstream_order: int | None = None
     probe_suggestions: tuple = ()
     conformance_cases: tuple = ()
+    record_fields: tuple = ()
 
     def __post_init__(self):
         if self.first_turn not in TURN_RULES or self.last_turn not in TURN_RULES:
@@ -327,6 +336,10 @@ class Play:
                 and set(self.moves) != set(self.actions):
             raise VocabularyError(f"behaviour {self.behaviour.__name__} needs a move per action: "
                                   f"moves {sorted(self.moves)}, actions {sorted(self.actions)}")
+        unknown = [f for f in self.record_fields if f not in UPSTREAM_EXTRA_FIELDS]
+        if unknown:
+            raise VocabularyError(f"record_fields {unknown} are not scenario extras of the "
+                                  f"record contract ({', '.join(UPSTREAM_EXTRA_FIELDS)})")
         if self.step_cap not in INT_COLUMNS:
             raise VocabularyError(f"step_cap {self.step_cap!r} is not an integer column of the "
                                   f"record contract (one of {', '.join(sorted(INT_COLUMNS))}): "

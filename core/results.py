@@ -92,13 +92,16 @@ class KeepIds:
 
 @dataclass(frozen=True, slots=True)
 class PoolReport:
-    """What the pool step decided for one scenario: pool size, kept, the filter's report."""
+    """What the pool step decided for one scenario: pool size, kept, the filter's report, and
+    the frames no episode shows (`Behaviour.patched_frames`: key, frame, why, and whether the
+    row holds bytes for it)."""
     kind: ClassVar[str] = "pool"
     scenario: str
     config: str
     samples: int
     kept: int
     filter: dict
+    frames_not_shown: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

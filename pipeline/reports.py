@@ -48,6 +48,7 @@ def summarize(values: list, scenarios: list[str]) -> dict:
         elif isinstance(v, results.PoolReport):
             entry["config"] = v.config
             entry["samples"], entry["kept"] = v.samples, v.kept
+            entry["frames_not_shown"] = list(v.frames_not_shown)
         elif isinstance(v, results.Dropped):  # a sample whose frame changed after validation
             entry["dropped"][v.split] += 1
             entry["dropped"]["kept"] += bool(v.in_test)
@@ -73,6 +74,7 @@ def summarize(values: list, scenarios: list[str]) -> dict:
             "shards": {s: e["shards"][s] for s in (TEST, UNFILTERED)},
             "rows": {s: e["rows"][s] for s in (TEST, UNFILTERED)},
             "bytes": {s: e["bytes"][s] for s in (TEST, UNFILTERED)},
+            "frames_not_shown": e.get("frames_not_shown", []),
         }
     return report
 

@@ -78,7 +78,12 @@ class AssignIdsAndShards(beam.DoFn):
         kept, report = apply_selection(name, scenario.config_name, rows, selection_values,
                                        self.config.selection)
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
-        yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report)
+        unshown = frames_not_shown(scenario, rows)
+        for item in unshown:
+            LOG.info("%s: %s is a frame no episode shows (%s); its row holds %s", name,
+                     item["frame"], item["why"], item["row_holds"])
+        yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report,
+                                 unshown)
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
         # Both splits are cut into runs in id order, so when the test split keeps the whole pool
         # its shards are the pool's, byte for byte: written once, linked.
@@ -100,6 +105,23 @@ class AssignIdsAndShards(beam.DoFn):
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)
+
+
+def frames_not_shown(scenario, rows: list[dict]) -> tuple:
+    """What the build report says of each frame its scenario never shows (ROD's one photo
+    upstream patches around): the sample, the frame, why, and what the row holds for it (the
+    raw route's substitute, or nothing: an import needs no bytes for it)."""
+    behaviour = scenario.environment.rules(scenario.config_name)
+    found = []
+    for row in rows:
+        for frame_id, why in sorted(behaviour.patched_frames(row).items()):
+            held = frame_id in row["frame_ids"]
+            ref = row["frame_refs"][row["frame_ids"].index(frame_id)] if held else {}
+            found.append({"key": row["key"], "frame": scenario.frame_path(row, frame_id),
+                          "why": why, "row_holds": (
+                              "another frame's photo (the manifest's frame_substitutions)"
+                              if "substitutes" in ref else "its photo" if held else "nothing")})
+    return tuple(found)
 
 
 SPILL_AFTER_BYTES = 16 << 20  # read-ahead frames beyond this go to a temporary file

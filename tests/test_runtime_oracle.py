@@ -73,6 +73,42 @@ def test_trajectories_match_live_upstream():
             conformance.comparable(recorded, case), recorded["name"]
 
 
+def _shown_by_playing(record: dict) -> set[int]:
+    """Every frame our environment shows for `record`, found by playing every answer (each
+    displayed option, each category, and one it cannot parse) at every state it reaches, then
+    the reference mode: what upstream's environments were recorded to do, played here."""
+    config = envs.config_of(record)
+    ids = set(range(record["num_images"] + 6)) | set(record.get("valid_images") or [])
+    full = dict(record, frame_ids=sorted(ids), frames=[conformance._tiny_png(i) for i in sorted(ids)])
+    shown, seen = set(), set()
+    frontier = [envs.Environment(full, config)]
+    while frontier:
+        env = frontier.pop()
+        state = (env.image_id, env.num_turns, env.last_action, getattr(env, "h_step", None),
+                 getattr(env, "v_step", None))
+        if env.done or state in seen:
+            continue
+        seen.add(state)
+        shown.add(env.shown_frame_id())
+        for answer in env.displayed_options() + env.categories + ["no answer at all"]:
+            twin = env.clone()
+            twin.step(answer)
+            frontier.append(twin)
+    shown.add(envs.Environment(full, config, mode="reference").shown_frame_id())
+    return shown
+
+
+@pytest.mark.parametrize("case", [c for c in DECLARED if not c["random"]],
+                         ids=lambda c: c["name"])
+def test_the_frames_a_row_needs_are_the_frames_an_episode_shows(case):
+    """A row must hold exactly the frames an episode can show (what an import reads of a
+    release and validate requires), no more: the scenario's declaration equals what playing
+    every answer shows, on every declared conformance record (ROD's patched sequence too)."""
+    record = case["record"]
+    declared = set(envs.reachable_frame_ids(record, envs.config_of(record)))
+    assert declared == _shown_by_playing(record)
+
+
 def _env(record, **kwargs):
     return envs.make_environment(conformance.with_frames(record, envs.config_of(record)), **kwargs)
 

@@ -112,4 +112,6 @@ PLAY = Play(
     short_name="CIT", prediction_threshold=2, keyword_matching="substring",
     suggestions=(REWIND_OPTION, *WAIT_OPTIONS.values()), frame_path=unpadded_path,
     upstream_order=6, conformance_cases=CONFORMANCE_CASES,
+    # what upstream's environment reads of every record, besides the common fields
+    record_fields=("step_size", "max_steps"),
 )

@@ -275,4 +275,6 @@ PLAY = Play(
     upstream_order=7,
     probe_suggestions=(MOVE_OPTIONS["up"], MOVE_OPTIONS["down"], ZOOM_OPTION),
     conformance_cases=CONFORMANCE_CASES,
+    # what upstream's environment reads of every record, besides the common fields
+    record_fields=("direction", "granularity", "horizontal_step", "vertical_step", "crop"),
 )

@@ -95,4 +95,6 @@ PLAY = Play(
                        "Increase the saturation.", "Deblur the image.", "Denoise the image.",
                        "Remove the JPEG compression.", "Increase image resolution."),
     conformance_cases=CONFORMANCE_CASES,
+    # what upstream's environment reads of every record, besides the common fields
+    record_fields=("quality_answer",),
 )

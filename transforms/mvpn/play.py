@@ -106,4 +106,6 @@ PLAY = Play(
     suggestions=ROTATE_REQUESTS, frame_path=view_path, upstream_order=3,
     probe_suggestions=("Rotate the object.", "Change the camera angle of the object."),
     conformance_cases=CONFORMANCE_CASES,
+    # what upstream's environment reads of every record, besides the common fields
+    record_fields=("valid_images",),
 )

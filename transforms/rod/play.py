@@ -11,6 +11,9 @@ CONFIG = "Realistic-Occlusion-Dataset"
 # 88 x 14 = 1,232). Any frame path holding this text is shown with "s6" replaced by "s5" when the
 # move that led there was LEFT, else by "s7", so no episode ever shows it.
 PATCHED_FRAME = "natural_bluebl_greenr-banana-s6"
+PATCH_WHY = ("upstream's ROD environment shows s5 in its place when LEFT led there, else s7 "
+             "(its _fix_corruptions): the release lacks this photo (the raw dataset holds 1,231 "
+             "of the 1,232)")
 
 # Option templates: the occluder's description comes from the manifest's `occluders` map.
 MOVE_LEFT = "Move the {occluder} to the left."
@@ -25,6 +28,10 @@ def unpadded_path(row: dict, frame_id: int) -> str:
 class OccluderSweep(Steps):
     """LEFT/RIGHT by one photo, modulo the sweep, showing upstream's neighbour in place of the
     photo its release lacks."""
+
+    def patched_frames(self, record):
+        return {f: PATCH_WHY for f in range(record["num_images"])
+                if PATCHED_FRAME in unpadded_path(record, f)}
 
     def shown_frame(self, record, image_id, action):
         path = unpadded_path(record, image_id)

@@ -419,6 +419,8 @@ class ROD(Scenario):
             # huge one) is not read at once: memory stays bounded by the frames themselves
             if ref["kind"] == "tar_member" and lo_hi[1] - lo_hi[0] <= held[ref["url"]]:
                 ref["span"] = lo_hi
+            if "substitutes" in f:  # said in the build report (frames_not_shown)
+                ref["substitutes"] = f["substitutes"]
             refs.append(ref)
         return refs
 

@@ -34,4 +34,6 @@ PLAY = Play(
         "Wait for the occlusion to disappear", "Rewind the video", "Move the camera"),
     prediction_threshold=3, keyword_matching="substring", suggestions=(REWIND, WAIT),
     upstream_order=2, probe_suggestions=(REWIND, WAIT), conformance_cases=CONFORMANCE_CASES,
+    # what upstream's environment reads of every record, besides the common fields
+    record_fields=("strong_occlusions",),
 )

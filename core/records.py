@@ -158,29 +158,6 @@ def empty_row() -> dict:
     return {name: None for name in COLUMNS}
 
 
-def check_row(row: dict) -> None:
-    """Raise ValueError when a row breaks the invariants every environment relies on."""
-    missing = [c for c in METADATA_COLUMNS if c not in row]
-    if missing:
-        raise ValueError(f"row {row.get('key')!r} lacks columns {missing}")
-    unknown = sorted(set(row) - set(COLUMNS) - {"frame_refs"})
-    if unknown:
-        raise ValueError(f"row {row.get('key')!r} has fields the record contract does not "
-                         f"have: {unknown} (its columns are fixed: core/records.py)")
-    if len(row["categories"]) != 4 or row["answer"] not in row["categories"]:
-        raise ValueError(f"row {row['key']!r}: need 4 categories containing the answer")
-    if len(set(row["categories"])) != 4:
-        raise ValueError(f"row {row['key']!r}: categories repeat: {row['categories']}")
-    if not row["options"]:
-        raise ValueError(f"row {row['key']!r}: no options")
-    ids = row["frame_ids"]
-    if len(ids) != len(set(ids)):
-        raise ValueError(f"row {row['key']!r}: frame ids repeat")
-    for slot in ("first_image", "reference_image"):
-        if row[slot] not in ids:
-            raise ValueError(f"row {row['key']!r}: {slot}={row[slot]} has no frame")
-
-
 # ---- the train split (GRPO post-training; the released `default` config's `train` split) ----
 
 MESSAGE_TYPE = pa.struct([

@@ -7,7 +7,7 @@ Records of the real release carry no `key`, `frame_ids` or `source`, so they are
 from the config and id, the frame ids from how each upstream environment walks its frames.
 Our own export carries them, so export -> import gives back identical rows.
 
-Before any work the driver reads every record and judges it (`pipeline.commands.import_check`:
+Before any work the driver reads every record and judges it (`pipeline.import_check`:
 the same parsing and row as here, what `validate` checks, and that the kept records' first and
 reference frames are where their templates point), and learns what the folder is (our own
 export, placeholder answers). A record is read again here, in a worker, for the build: the
@@ -16,33 +16,29 @@ folder is untrusted and may change in between, so every check below still holds 
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 import string
 
 import apache_beam as beam
-import pyarrow as pa
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import contract, fileio, results
+from proactivebench_builder.core.contract import MAX_FRAMES, expected_text
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import (
-    CROP_KEYS, UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, arrow_schema, empty_row)
+    CROP_KEYS, UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS, empty_row)
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.spread import Spread
 from proactivebench_builder.transforms import behaviour_for_config, manifest_of
 
 # A record is about a kilobyte; a longer line is a dead letter, skipped unread.
 MAX_LINE_BYTES = 16 << 20
-# The frames one record may name (the release's longest sequence has a few hundred): bounds
-# the frame lists derived from a record's numbers (num_images 10^9 would be a 10^9-list).
-MAX_FRAMES = 10_000
 # The integer fields from which frame lists are derived.
 FRAME_COUNT_FIELDS = ("first_image", "num_images", "reference_image", "step_size", "max_steps")
-# What a record's fields must be: the record contract's Arrow types (core.records), a pixel
-# count an integer or a fractional number (the shards keep which).
-_TYPES = {f.name: f.type for f in arrow_schema(fractional_pixels=True)}
+# What a record's fields must be: the record contract's Arrow types, a pixel count an integer or
+# a fraction (the shards keep which).
+_TYPES = {f.name: f.type for f in contract.TYPES}
 _CHECKED_FIELDS = UPSTREAM_COMMON_FIELDS + UPSTREAM_EXTRA_FIELDS + (
     "question_type", "key", "frame_ids", "source")
 
@@ -94,7 +90,7 @@ def check_record(record: dict, required: tuple = UPSTREAM_COMMON_FIELDS, reader:
             raise BadRecord(f"{field} is absent (expected {expected_text(_TYPES[field])}"
                             + (f"; {reader} reads it)" if reader else ")"))
     for field in _CHECKED_FIELDS:
-        if not _conforms(record.get(field), _TYPES[field]):
+        if contract.value_problem(record.get(field), _TYPES[field]) is not None:
             raise BadRecord(f"{field} is {_shown(record[field])}, expected "
                             f"{expected_text(_TYPES[field])}")
     crop = record.get("crop")
@@ -108,60 +104,8 @@ def check_record(record: dict, required: tuple = UPSTREAM_COMMON_FIELDS, reader:
     return record
 
 
-def expected_text(dtype: pa.DataType) -> str:
-    """A field's Arrow type as a user reads it ("a list of integers")."""
-    if pa.types.is_integer(dtype):
-        return "an integer"
-    if pa.types.is_floating(dtype):
-        return "a number"
-    if pa.types.is_boolean(dtype):
-        return "true or false"
-    if pa.types.is_string(dtype):
-        return "text"
-    if pa.types.is_list(dtype):
-        plural = {"an integer": "integers", "a number": "numbers", "text": "texts"}
-        item = expected_text(dtype.value_type)
-        return f"a list of {plural.get(item, item)}"
-    if pa.types.is_struct(dtype):
-        fields = [dtype.field(i) for i in range(dtype.num_fields)]
-        return "an object of " + ", ".join(
-            f"{f.name} ({expected_text(f.type)})" for f in fields)
-    return str(dtype)
-
-
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number a record may hold")
-
-
-def _conforms(value, dtype: pa.DataType) -> bool:
-    """Whether `value` (decoded JSON) is a value of the Arrow type `dtype`, or null: exactly
-    (an int64 column takes no bool, no float and nothing beyond 64 bits; a float64 column a
-    finite number; a string column text that UTF-8 can encode)."""
-    if value is None:
-        return True
-    if pa.types.is_int64(dtype):
-        return type(value) is int and -(1 << 63) <= value < (1 << 63)
-    if pa.types.is_float64(dtype):
-        return type(value) in (int, float) and math.isfinite(value)
-    if pa.types.is_boolean(dtype):
-        return type(value) is bool
-    if pa.types.is_string(dtype):
-        return type(value) is str and _encodable(value)
-    if pa.types.is_list(dtype):
-        return type(value) is list and all(_conforms(v, dtype.value_type) for v in value)
-    if pa.types.is_struct(dtype):
-        names = {f.name for f in dtype}
-        return type(value) is dict and set(value) <= names and all(
-            _conforms(value.get(f.name), f.type) for f in dtype)
-    return False
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")  # JSON's "\ud800" escapes decode to lone surrogates
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _shown(value) -> str:

@@ -13,7 +13,7 @@ from proactivebench_builder.core import results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.core.layout import TRAIN
-from proactivebench_builder.core.records import check_row
+from proactivebench_builder.core.contract import check_row
 from proactivebench_builder.pipeline import failures, progress
 from proactivebench_builder.pipeline.scenarios import (
     branch_scenario, reads_train_with_test, scenario_instance, train_scenario)

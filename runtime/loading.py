@@ -439,10 +439,7 @@ def attach_frames(record: dict, config: str, data_dir: str) -> dict:
     """The checked row of an upstream record, its frames read from the files its template
     names; BadRecord naming the first thing wrong."""
     row = row_check.contract_row(record)
-    problem = row_check.first(row_check.type_problems(row)) or row_check.required_problem(row) \
-        or row_check.size_problem(row)
-    if problem:
-        raise BadRecord(problem)
+    row_check.check_fields(row)
     ids = row["frame_ids"] if row["frame_ids"] is not None else \
         row_check.reachable_ids(row, config)
     row.update(frame_ids=list(ids), key=row["key"] or f"{config}/{row['id']}")

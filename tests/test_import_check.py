@@ -15,7 +15,7 @@ import pytest
 
 from proactivebench_builder import transforms
 from proactivebench_builder.core.errors import UsageError
-from proactivebench_builder.pipeline.commands import import_check
+from proactivebench_builder.pipeline import import_check
 from proactivebench_builder.pipeline.commands import main as cli
 
 CONFIGS = ("Realistic-Occlusion-Dataset", "OcclusionDataSet-MM20", "MVP-N", "ImageNet-C",

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import RUNNER, read_json, run
 from proactivebench_builder.core.play import Play, Steps
-from proactivebench_builder.core.records import check_row
+from proactivebench_builder.core.contract import check_row
 from proactivebench_builder.core.vocabulary import VocabularyError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

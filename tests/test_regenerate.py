@@ -619,7 +619,7 @@ def test_release_shaped_records_with_placeholder_answers_are_stand_ins(tmp_path)
     MVP-N's placeholders are still not the release's."""
     from proactivebench_builder.core.config import KEEP_LIST, Selection
     from proactivebench_builder.pipeline.commands.configure import imported_stand_ins
-    from proactivebench_builder.pipeline.commands.import_check import scan_config
+    from proactivebench_builder.pipeline.import_check import scan_config
 
     def stand_ins(folder, selection):
         return imported_stand_ins(folder, [scan_config(folder, MVPN, "mvpn")], selection)

@@ -27,7 +27,7 @@ from proactivebench_builder.filters.predictions import (
     PredictionsError, read_all_predictions, read_predictions, train_confidences,
     unknown_configs_problem)
 from proactivebench_builder.pipeline import __version__
-from proactivebench_builder.pipeline.commands.import_check import (
+from proactivebench_builder.pipeline.import_check import (
     check_frames, check_records, check_unzipped, fingerprint, folder_stand_ins, present_configs,
     scan_config)
 from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
@@ -404,7 +404,7 @@ NOT_RELEASED = {
 
 def imported_stand_ins(folder: str, scans: list, selection: Selection) -> dict:
     """scenario -> what in an import stands in for the benchmark: what the folder's records are
-    (pipeline.commands.import_check.folder_stand_ins), and, unless the released keep list was applied
+    (pipeline.import_check.folder_stand_ins), and, unless the released keep list was applied
     (its counts checked before), that the split is not the released one. So the card says
     "imported from the upstream release" only of the released split of records that look like
     the release's."""

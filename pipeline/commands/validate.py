@@ -32,21 +32,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 from collections import defaultdict
 
 import pyarrow.parquet as pq
 
-from proactivebench_builder.core import buildfolder, fileio, vocabulary
+from proactivebench_builder.core import buildfolder, contract, fileio
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
-from proactivebench_builder.core.records import (
-    INT_COLUMNS, arrow_schema, schema_of, train_arrow_schema)
+from proactivebench_builder.core.records import arrow_schema, schema_of, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, UnknownConfig, behaviour_for_config, load_scenarios, scenario_for_config)
@@ -55,9 +53,6 @@ HELP = "check a built folder against the record contract (exit 1 listing every p
 
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
 MAX_PRINTED = 200
-# The largest integer (frame index, step cap, ...) a row's checks iterate up to: far above any
-# real record (the longest source video has some thousands of frames).
-MAX_ROW_INTEGER = 1_000_000
 
 
 
@@ -119,79 +114,12 @@ def read_schema(url: str):
 
 # ---- one row ------------------------------------------------------------------------------
 
-def category_problems(row: dict) -> list[str]:
-    categories = row.get("categories") or []
-    problems = []
-    if len(categories) != 4:
-        problems.append(f"{len(categories)} categories, expected 4")
-    if len(set(categories)) != len(categories):
-        problems.append(f"categories repeat: {categories}")
-    if any(not (c or "").strip() for c in categories):
-        problems.append("an empty category")
-    if row.get("answer") not in categories:
-        problems.append(f"answer {row.get('answer')!r} not in categories {categories}")
-    return problems
-
-
 def declared_behaviour(config: str) -> Behaviour:
     """The behaviour the config's scenario declares (the generic frame ladder when none)."""
     try:
         return behaviour_for_config(config)
     except UnknownConfig:
         return Play().rules(config)
-
-
-def option_problems(row: dict, config: str = "") -> list[str]:
-    options = row.get("options") or []
-    if not options:
-        return ["no options"]
-    if any(not (o or "").strip() for o in options):
-        return [f"an empty option in {options}"]
-    problems = []
-    abstain = [o for o in options if vocabulary.is_abstain(o)]
-    if len(abstain) != 1:
-        problems.append(f"{len(abstain)} abstain options, expected 1: {options}")
-    behaviour = declared_behaviour(config)
-    for option in options:
-        if not vocabulary.is_abstain(option):
-            try:
-                behaviour.action_of(option)
-            except ValueError as err:
-                problems.append(str(err))
-    if len(abstain) == len(options):
-        problems.append("no proactive option")
-    return problems
-
-
-def frame_id_problems(row: dict) -> list[str]:
-    ids = row.get("frame_ids") or []
-    problems = []
-    if not ids:
-        problems.append("no frame_ids")
-    if len(ids) != len(set(ids)):
-        problems.append(f"frame ids repeat: {ids}")
-    for slot in ("first_image", "reference_image"):
-        if row.get(slot) not in ids:
-            problems.append(f"{slot}={row.get(slot)} is not in frame_ids {ids}")
-    return problems
-
-
-def frame_problems(row: dict) -> list[str]:
-    """One decodable frame per frame id (a full decode; JPEG at 1/8 scale, which still reads
-    every segment, like the build's own source validation)."""
-    frames, ids = row.get("frames"), row.get("frame_ids") or []
-    if frames is None:
-        return []  # the column was not read (frames not checked)
-    problems = []
-    if len(frames) != len(ids):
-        problems.append(f"{len(frames)} frames for {len(ids)} frame ids")
-    for position, frame in enumerate(frames):
-        data = (frame or {}).get("bytes")
-        try:
-            check_image(data or b"", (frame or {}).get("path") or "")
-        except BadImage as err:
-            problems.append(f"frame {position} ({(frame or {}).get('path')}): {err}")
-    return problems
 
 
 def train_row_problems(row: dict) -> list[str]:
@@ -231,55 +159,11 @@ def unregistered_problem(config: str,
             "proactivebench_builder.scenarios (README: Adding a scenario)")
 
 
-def bound_problems(row: dict) -> list[str]:
-    """Values the step checks cannot take: an integer beyond what any real record holds, a
-    null inside a list of frame ids, a number that is not finite. A shard can hold anything
-    once its digests are recomputed (the checksums detect damage, not forgery), and the
-    step-cap checks iterate over these values (a ChangeIt max_steps of 10^9 would build a list
-    of 2*10^9 ids), so such a row is reported once and its step checks are skipped."""
-    values = [(name, row.get(name)) for name in sorted(INT_COLUMNS)]
-    for name in ("frame_ids", "valid_images"):
-        items = row.get(name) or []
-        if any(i is None for i in items):
-            return [f"{name} {items} holds a null"]
-        values += [(name, i) for i in items]
-    huge = [f"{name}={value} is beyond the {MAX_ROW_INTEGER:,} validate checks (no real "
-            "record comes near it)" for name, value in values
-            if isinstance(value, int) and abs(value) > MAX_ROW_INTEGER]
-    numbers = [("horizontal_step", row.get("horizontal_step")),
-               ("vertical_step", row.get("vertical_step"))]
-    numbers += [(f"crop.{k}", v) for k, v in (row.get("crop") or {}).items()]
-    infinite = [f"{name}={value} is not a finite number" for name, value in numbers
-                if isinstance(value, float) and not math.isfinite(value)]
-    return (huge + infinite)[:1]
-
-
-def row_problems(row: dict, config: str) -> list[str]:
-    problems = []
-    for field in ("key", "id", "prompt", "image_template"):
-        if row.get(field) in (None, ""):
-            problems.append(f"{field} is empty")
-    problems += category_problems(row)
-    registered = scenario_for_config(config) is not None  # else: one problem for the config
-    problems += option_problems(row, config) if registered else []
-    problems += frame_id_problems(row)
-    out_of_bounds = bound_problems(row)
-    problems += out_of_bounds
-    if registered and not out_of_bounds:
-        problems += scenario_row_problems(row, config)
-    problems += frame_problems(row)
-    return problems
-
-
-def scenario_row_problems(row: dict, config: str) -> list[str]:
-    """The scenario's own checks of a row (`Behaviour.record_problems`). They are written for
-    rows of the record contract; a value they did not expect (e.g. a null where the contract
-    has a number, in a shard whose digests were recomputed after an edit) is one problem naming
-    what went wrong, not a traceback of validate."""
-    try:
-        return declared_behaviour(config).record_problems(row)
-    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError, AttributeError) as err:
-        return [f"its scenario's checks cannot judge this row ({type(err).__name__}: {err})"]
+def row_problems(row: dict, config: str, decode_frames: bool = True) -> list[str]:
+    """Everything the record contract finds wrong with a row of `config` (core.contract)."""
+    registered = scenario_for_config(config) is not None  # else one problem for the config
+    return contract.problems(row, declared_behaviour(config) if registered else None,
+                             decode_frames=decode_frames)
 
 
 # ---- the whole folder -----------------------------------------------------------------------

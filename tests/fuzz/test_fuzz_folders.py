@@ -316,7 +316,7 @@ def test_the_ids_of_a_release_jsonl_are_counted_or_skipped(tmp_path_factory, lin
     """import_check.scan_config (what --import_upstream reads of every record before any work,
     and the ids --keep_list released counts): any line is a record judged good, or a bad one
     with its line number and a one-line reason, never an exception."""
-    from proactivebench_builder.pipeline.commands import import_check
+    from proactivebench_builder.pipeline import import_check
 
     folder = str(tmp_path_factory.mktemp("release"))
     with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:

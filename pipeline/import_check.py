@@ -27,12 +27,11 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import contract, fileio
 from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.core.layout import EXPORT_MARKER
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS
-from proactivebench_builder.pipeline.commands.validate import row_problems
 from proactivebench_builder.pipeline.dataset_card import STAND_IN_WORDS
 from proactivebench_builder.pipeline.import_upstream import (
     MAX_LINE_BYTES, BadRecord, check_record, decode_record, frame_paths, record_row)
@@ -121,7 +120,7 @@ def record_problem(config: str, name: str, record: dict, required: tuple) -> str
         return str(err)
     except Exception as err:  # noqa: BLE001 - a record its scenario's hooks cannot use
         return f"its scenario cannot read it ({type(err).__name__}: {str(err)[:200]})"
-    return next(iter(row_problems(row, config)), None)
+    return contract.first_problem(row, behaviour_for_config(config))
 
 
 def where(config: str, line: int, record_id) -> str:

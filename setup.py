@@ -34,6 +34,7 @@ setup(
         "pyyaml>=6",
         "tqdm>=4.66",               # the build's progress display on a terminal
         "requests>=2.31",           # fetch's downloads (core/download.py); Beam requires it too
+        "filelock>=4.3",            # one build per output folder (its on_acquired holder record)
     ],
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);

@@ -1,8 +1,9 @@
 """One writer per output folder: `BuildLock` is taken before any work and released on every
-exit. On a local folder it is an `fcntl.flock` on `DIR/.build.lock`, which the kernel releases
-when the holding process dies however it dies, so a lock left by a killed build is never
-stale; the file also names its holder (pid, host, command, start time) for the refusal
-message. On a non-local output (gs://, s3://, ...) no lock primitive is shared by every
+exit. On a local folder it is a `filelock.FileLock` on `DIR/.build.lock` (an flock, which the
+kernel releases when the holding process dies however it dies, so a lock left by a killed build
+is never stale); the holder writes its record (pid, host, command, start time) into the file
+once it holds it, for the refusal message, and filelock never truncates a file it does not
+hold. On a non-local output (gs://, s3://, ...) no lock primitive is shared by every
 fsspec backend: the file is a marker written before any work and removed at the end. A marker
 left by a build on this host whose process is gone is taken over; any other is refused, and
 the message says how to remove it when its build is known to be dead."""
@@ -15,6 +16,8 @@ import os
 import socket
 import stat
 import sys
+
+import filelock
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import FolderLocked, OutputError
@@ -52,28 +55,32 @@ def _pid_alive(pid) -> bool:
     return True
 
 
-def _open_lock_file(path: str) -> int:
-    """A descriptor of the regular file `path`, created when absent. The lock file is truncated
-    and written: a symbolic link there would have its target overwritten, so a link is never
-    followed (O_NOFOLLOW), and a FIFO, device or folder is refused by its kind (opened without
-    blocking, checked on the descriptor)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as err:
-        if err.errno == errno.ELOOP or os.path.islink(path):
-            raise OutputError(f"{path} is a symbolic link; a build's lock file must be a regular "
-                              "file (remove the link and build again)") from None
-        raise OutputError(f"{path}: {err.strerror or err} (errno {err.errno}); a build's lock "
-                          "file must be a regular file") from None
+def _check_regular(path: str, fd: int) -> None:
+    """The lock file is written: a FIFO, device or folder there is refused by its kind (checked
+    on the descriptor filelock opened, without following a link and without blocking)."""
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
-        os.close(fd)
         kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "not a regular file"
         raise OutputError(f"{path} is {kind}; a build's lock file must be a regular file "
                           "(remove it and build again)")
-    os.set_blocking(fd, True)
-    return fd
+
+
+def _write_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(_holder()).encode(), 0)
+
+
+def _read_holder(path: str) -> dict:
+    """The holder record of a lock another build holds (read without following a link or
+    blocking on a FIFO: the file is anyone's to write)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    try:
+        return _holder_of(os.pread(fd, 4096, 0))
+    finally:
+        os.close(fd)
 
 
 class BuildLock:
@@ -97,20 +104,31 @@ class BuildLock:
         return False
 
     def _lock_local(self) -> None:
-        import fcntl  # POSIX only: imported where a local lock is taken
-
+        path = fileio.local_path(self.url)
         os.makedirs(fileio.local_path(self.output), exist_ok=True)
-        fd = _open_lock_file(fileio.local_path(self.url))
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise OutputError(f"{path} is a folder; a build's lock file must be a regular file "
+                              "(remove it and build again)")
+
+        def acquired(fd: int) -> None:
+            _check_regular(path, fd)
+            _write_holder(fd)
+            self._held_fd = fd
+
+        lock = filelock.FileLock(path, timeout=0, preserve_lock_file=True,
+                                 fallback_to_soft=False, on_acquired=acquired)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder_of(os.pread(fd, 4096, 0))
-            os.close(fd)
+            lock.acquire()
+        except filelock.Timeout:
             raise FolderLocked(f"{self.output} is being written by another build: "
-                               f"{_describe(holder)}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(_holder()).encode(), 0)
-        self._fd = fd
+                               f"{_describe(_read_holder(path))}") from None
+        except OSError as err:
+            if err.errno == errno.ELOOP or os.path.islink(path):
+                raise OutputError(f"{path} is a symbolic link; a build's lock file must be a "
+                                  "regular file (remove the link and build again)") from None
+            raise OutputError(f"{path}: {err.strerror or err} (errno {err.errno}); a build's "
+                              "lock file must be a regular file") from None
+        self._fd = lock
 
     def _lock_marker(self) -> None:
         if fileio.exists(self.url):
@@ -135,7 +153,7 @@ class BuildLock:
             # the file stays (removing a locked file races with a build opening it) but empty,
             # so a finished folder holds no pid or time and two builds leave the same bytes
             try:
-                os.ftruncate(self._fd, 0)
+                os.ftruncate(self._held_fd, 0)
             finally:
-                os.close(self._fd)  # closing the descriptor releases the flock
+                self._fd.release()  # closing the descriptor releases the flock
         self._fd = None

@@ -7,7 +7,8 @@ its one-line message by the type (`core.cli.run_command`), never by matching the
   `BuildFailed` (exit 2): the build ran but its output must not be trusted; `OutputError`
   (exit 1): the output could not be written (a full disk, permissions); `MissingPackage` (exit
   2): an optional package is not installed (it names what to install); `FolderLocked` (exit 3):
-  another build holds the output folder.
+  another build holds the output folder; `ResultsLocked` (exit 3): another evaluate of the same
+  run writes the same results file.
 - `BadItem`: one raw item cannot become a sample; it becomes a dead letter, never an exit.
 
 An error raised on a worker reaches the launcher as text only; `pipeline.failures` carries its
@@ -76,6 +77,12 @@ class MissingPackage(CommandError):
     message names what to install."""
     exit_code = 2
     prefix = "FAILED"
+
+
+class ResultsLocked(CommandError):
+    """Another `evaluate` of the same run is writing the same results file."""
+    exit_code = 3
+    prefix = "EVALUATE REFUSED"
 
 
 class FolderLocked(CommandError):

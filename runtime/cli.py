@@ -220,8 +220,14 @@ def show_progress(args) -> bool:
 
 
 def evaluate(args) -> dict:
-    found = results_file.read(args.results)  # an unusable --results is refused before any work
     signature = run_signature(args)
+    results_file.read(args.results)  # an unusable --results is refused before its lock is made
+    with results_file.one_writer(args.results, signature):  # a job started twice: refused
+        return evaluate_alone(args, signature)
+
+
+def evaluate_alone(args, signature: dict) -> dict:
+    found = results_file.read(args.results)  # an unusable --results is refused before any work
     samples = current_samples(args)  # {(config, key): (fingerprint, row)}
     done = reusable_results(found, signature, samples, args.first_round_only)
     todo = [(config, row) for (config, key), (_, row) in samples.items()

@@ -221,7 +221,7 @@ def show_progress(args) -> bool:
 
 def evaluate(args) -> dict:
     signature = run_signature(args)
-    results_file.read(args.results)  # an unusable --results is refused before its lock is made
+    results_file.check_usable(args.results)  # a FIFO, /dev/null...: refused before its lock
     with results_file.one_writer(args.results, signature):  # a job started twice: refused
         return evaluate_alone(args, signature)
 

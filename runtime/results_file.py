@@ -89,6 +89,17 @@ def one_writer(path: str, signature: dict):
         lock.release()
 
 
+def check_usable(path: str) -> None:
+    """`path` is a regular file or absent (a FIFO, a device, a folder: one line), checked
+    before the run's lock is made beside it."""
+    try:
+        fileio.open_local_regular(path).close()
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise UsageError(f"--results {path}: {reason(err)}") from None
+
+
 def read(path: str) -> ResultsFile:
     """The lines of the results file at `path` (none when it does not exist yet)."""
     found = ResultsFile(path)

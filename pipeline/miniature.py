@@ -10,7 +10,9 @@ import shutil
 import sys
 import tempfile
 
+from proactivebench_builder.core.errors import ScenarioCodeError
 from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.transforms.base import code_failure
 
 LOG = logging.getLogger(__name__)
 MARKER = ".miniature-complete"
@@ -27,7 +29,15 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
         LOG.info("writing the miniature %s source to %s", name, target)
         staging = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
         try:
-            cls.write_miniature(staging, seed)
+            try:
+                cls.write_miniature(staging, seed)
+            except OSError:
+                raise
+            except Exception as err:  # the scenario's code: its author's, in one line
+                line = code_failure(err, cls)
+                if line is None:
+                    raise
+                raise ScenarioCodeError(line) from err
             with open(os.path.join(staging, MARKER), "w") as handle:
                 handle.write(version)
             shutil.rmtree(target, ignore_errors=True)

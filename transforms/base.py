@@ -24,7 +24,7 @@ from typing import ClassVar, Iterable, Iterator
 
 import yaml
 
-from proactivebench_builder.core import fileio, manifests, results, vocabulary
+from proactivebench_builder.core import errors, fileio, manifests, results, vocabulary
 from proactivebench_builder.core.errors import BadItem, ScenarioError, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.play import Play
@@ -416,6 +416,12 @@ def template_literal(text: str) -> str:
     export and upstream fill templates with str.format (a source name holding "{1}" would
     otherwise be read as a slot, and writing its frames fail)."""
     return text.replace("{", "{{").replace("}", "}}")
+
+
+def code_failure(err: BaseException, scenario_cls: type) -> str | None:
+    """One line saying that `scenario_cls`'s own code raised `err` (core.errors.code_failure),
+    or None when the error is not its code's."""
+    return errors.code_failure(err, scenario_cls.__module__, f"scenario {scenario_cls.name}")
 
 
 def registered() -> dict[str, type[Scenario]]:

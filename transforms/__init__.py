@@ -1,14 +1,22 @@
-"""Scenarios: one folder per scenario (its `Scenario` class, its play declaration and its
-miniature writer) and this registry. `load_scenarios()` imports every scenario folder here and
-every module a user makes visible, which registers every `Scenario` subclass: adding a scenario is
-adding a folder or module (and its manifest), and no list of scenarios is edited anywhere.
+"""Scenarios: one folder or one module per scenario, and this registry. `load_scenarios()` imports
+every scenario of this package and every module a user makes visible, which registers every
+`Scenario` subclass: adding a scenario is adding a folder or module (and its manifest), and no
+list of scenarios is edited anywhere. A scenario imports what it needs of this project from
+`transforms.api` alone.
+
+Inside this package, every folder and every module is a scenario (a built-in's folder holds its
+`Scenario` class, its play declaration and its miniature writer; one module `transforms/dim.py`
+is a whole scenario too), except the shared modules (`SHARED_MODULES`: the base class and the
+API) and names starting with `_`. Their manifests and data files are in `source_manifests/`,
+which setup.py packages with them (for `pip install .` and Dataflow's `--setup_file`).
 
 What the rest of the project asks about scenarios by config (the runtime, `validate`, `inspect`,
 the upstream export and import) it asks here, of the declarations (`core.play.Play`): their
 behaviour, short names, aliases and order, upstream's keyword table, the probe's pool.
 
-A scenario module outside this package becomes visible in one of two ways (README, "Adding a
-scenario"); either way its manifest `<name>.yaml` sits in the same folder as the module:
+A scenario module outside this package becomes visible in one of two ways
+(docs/adding_a_scenario.md); either way its manifest `<name>.yaml` sits in the same folder as
+the module:
 - the environment variable `PROACTIVEBENCH_SCENARIO_PATH`: folders (separated by os.pathsep)
   whose `*.py` files (not starting with `_`) are scenario modules. Each is imported from its
   file under a private name made from its path (`plugin_module_name`), so no plug-in hides a

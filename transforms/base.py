@@ -33,6 +33,7 @@ from proactivebench_builder.core.records import empty_row
 from proactivebench_builder.core.seeding import rng_for
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
+_PACKAGE = __name__.rpartition(".")[0]  # proactivebench_builder.transforms
 
 
 @dataclasses.dataclass
@@ -91,9 +92,13 @@ class Scenario:
     # ---- its manifest ------------------------------------------------------------------------
 
     @classmethod
-    def module_folder(cls) -> str:
-        """The folder of the module that defines the scenario: a plug-in keeps its manifest and
-        data files there (built-in manifests are package data of `source_manifests`)."""
+    def module_folder(cls) -> str | None:
+        """The folder of the module that defines the scenario, where a plug-in keeps its
+        manifest and data files; None for a scenario of this package (a folder or a module in
+        transforms/), whose manifest and data files are package data of `source_manifests`
+        only: setup.py installs nothing else beside its modules."""
+        if cls.__module__.startswith(_PACKAGE + "."):
+            return None
         return os.path.dirname(os.path.abspath(sys.modules[cls.__module__].__file__))
 
     @classmethod

@@ -13,7 +13,7 @@ import tarfile
 import threading
 import zlib
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 # A GNU long name or a PAX extended header longer than this refuses its archive unread: tarfile
 # reads such a header whole before any member is looked at (a header declaring 256 MiB held

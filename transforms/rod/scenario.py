@@ -9,11 +9,9 @@ import posixpath
 import re
 import tarfile
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.images import BadImage, check_image
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario, template_literal
+from proactivebench_builder.transforms.api import (BadImage, BadItem, DeadLetter, Scenario,
+                                                   SourceError, check_image, fileio,
+                                                   format_category, template_literal)
 from proactivebench_builder.transforms.rod import miniature
 from proactivebench_builder.transforms.rod.archives import (
     ArchiveRefused, archive_version, members, read_member)
@@ -187,7 +185,7 @@ class ROD(Scenario):
         else:
             entries = self._archive_entries()
         for entry in entries:
-            if isinstance(entry, results.DeadLetter):  # an archive cut short
+            if isinstance(entry, DeadLetter):  # an archive cut short
                 yield self.count("raw_items")
                 yield entry
                 continue

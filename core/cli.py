@@ -241,7 +241,7 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 raise
             if debug:
                 traceback.print_exc()
-            print(f"{prog}: error: {err.code}", file=sys.stderr)
+            print(f"{prog}: error: {one_line(err.code)}", file=sys.stderr)
             return 2
         except CommandError as err:
             if ctrl_c.pressed:
@@ -249,7 +249,7 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             if debug:
                 traceback.print_exc()
             opening = f"{prog}: error" if err.prefix is None else err.prefix
-            print(f"{opening}: {err}", file=sys.stderr)
+            print(f"{opening}: {one_line(str(err))}", file=sys.stderr)
             return err.exit_code
         except BaseException:
             # Beam re-raises a KeyboardInterrupt met inside a DoFn as a RuntimeError naming the
@@ -259,6 +259,13 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             if debug:
                 traceback.print_exc()
             return ctrl_c.report(prog)
+
+
+def one_line(text: str) -> str:
+    """A message as one line, whatever a library put in it (a server's error text spread over
+    lines): its lines joined, so the last line a log or a CI summary keeps is the whole
+    message, opened by what failed."""
+    return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 def say_interrupted(prog: str, signum: int = signal.SIGINT) -> None:

@@ -14,7 +14,9 @@ How each file is handled:
   `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in
   `<folder>/.proactivebench-fetch/state.json` (size, modification time, digests), so a later run
   trusts a file whose size and modification time are unchanged without reading it again
-  (`rehash=True` reads everything again). A file that fails its pins is fetched again.
+  (`rehash=True` reads everything again). A file that fails its pins is fetched again. The
+  size a server announces for a file nothing pins is remembered there too, as soon as its
+  download starts, so that `fetch --dry_run` knows it offline (`recorded_size`).
 - **Resumable.** Bytes go to `<folder>/.proactivebench-fetch/partial/<path>.part`; a dropped
   connection keeps them, and the next attempt (a retry in this run, or the next run) asks for
   the rest with an HTTP `Range` request. A server that ignores the range (200) restarts the
@@ -153,6 +155,61 @@ def mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + "/" + tail
 
 
+def destination_paths(folder: str, spec: FileSpec) -> tuple[str, str]:
+    """(the file's final path, its partial download's path) inside `folder`."""
+    dest = os.path.join(folder, *spec.path.split("/"))
+    part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
+    return dest, part
+
+
+def matches_pins(spec: FileSpec, record: dict) -> bool:
+    """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
+    no digest is pinned, its URL is the one fetched (a record-only file's identity: a
+    manifest naming another commit's archive names another file)."""
+    if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+        return False
+    return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
+               if getattr(spec, k) is not None)
+
+
+def verified_before(spec: FileSpec, record: dict | None, st: os.stat_result) -> bool:
+    """Whether fetch's record says it verified the file in place (`st`): the same size and
+    modification time, and pins that agree (an md5 pin needs a recorded md5)."""
+    return bool(record and record.get("size") == st.st_size
+                and record.get("mtime_ns") == st.st_mtime_ns and matches_pins(spec, record)
+                and (spec.md5 is None or record.get("md5")))
+
+
+def fetch_record(folder: str) -> dict:
+    """What fetch recorded in `folder` (`state.json`): "files" it verified, "extracted"
+    archives, and the "sizes" servers announced; each path -> a dict. Read only; empty
+    when there is no usable record."""
+    return _FolderState(folder).data
+
+
+def recorded_size(record: dict, spec: FileSpec) -> int | None:
+    """The size of `spec`'s file that fetch recorded (`fetch_record`): of the file it
+    verified, of the archive it extracted, or the one the server announced for a download
+    it started; None when it recorded none for this file (for a file nothing pins, a record
+    of another URL is of another file)."""
+    for kind in ("files", "extracted", "sizes"):
+        entry = record.get(kind, {}).get(spec.path)
+        if not isinstance(entry, dict) or type(entry.get("size")) is not int \
+                or entry["size"] < 0:
+            continue
+        # an announced size is of the URL; a verified file's record is checked as a skip is
+        if (entry.get("url") == spec.url) if kind == "sizes" else matches_pins(spec, entry):
+            return entry["size"]
+    return None
+
+
+def remember_size(state: _FolderState, spec: FileSpec, size: int) -> None:
+    """Record the size a server announced for a file nothing pins (written once per change)."""
+    entry = {"size": size, "url": spec.url}
+    if state.get("sizes", spec.path) != entry:
+        state.put("sizes", spec.path, entry)
+
+
 def header_number(value: str | None) -> int | None:
     """A byte count of a header (Content-Length), or None when it is not plain ASCII digits
     ('²' is a digit to str.isdigit() but not to int(); 5000 digits exceed int()'s limit)."""
@@ -193,7 +250,7 @@ class _FolderState:
     def __init__(self, folder: str):
         self.path = os.path.join(folder, STATE_DIR, STATE_FILE)
         self.lock = threading.Lock()
-        self.data = {"files": {}, "extracted": {}}
+        self.data = {"files": {}, "extracted": {}, "sizes": {}}
         try:
             loaded = json.loads(fileio.read_bytes(self.path, limit=STATE_LIMIT))
             if isinstance(loaded, dict):
@@ -576,9 +633,7 @@ class Downloader:
     # ---- one file ------------------------------------------------------------------------
 
     def _paths(self, folder: str, spec: FileSpec) -> tuple[str, str]:
-        dest = os.path.join(folder, *spec.path.split("/"))
-        part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
-        return dest, part
+        return destination_paths(folder, spec)
 
     def _check_inside(self, folder: str, path: str, label: str) -> None:
         """Refuse a path reached through a link out of `folder` (judged on the nearest folder
@@ -629,7 +684,7 @@ class Downloader:
         restarted = False
         while True:
             try:
-                digests, outcome.resumed_from, received = self._download(spec, part)
+                digests, outcome.resumed_from, received = self._download(spec, part, state)
                 outcome.bytes += received
             except _Restart:  # not an attempt of its own: the same request from zero
                 self._remove(part)
@@ -659,14 +714,9 @@ class Downloader:
             outcome.status = "fetched"
             return
 
-    def _matches_pins(self, spec: FileSpec, record: dict) -> bool:
-        """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
-        no digest is pinned, its URL is the one fetched (a record-only file's identity: a
-        manifest naming another commit's archive names another file)."""
-        if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
-            return False
-        return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
-                   if getattr(spec, k) is not None)
+    @staticmethod
+    def _matches_pins(spec: FileSpec, record: dict) -> bool:
+        return matches_pins(spec, record)
 
     def _remember(self, state: _FolderState, spec: FileSpec, dest: str, digests: _Digests):
         st = os.stat(dest, follow_symlinks=False)
@@ -681,10 +731,7 @@ class Downloader:
         if not stat.S_ISREG(st.st_mode):
             raise FetchError(f"{spec.path} exists and is {file_kind(st.st_mode)}; not replaced")
         record = state.get("files", spec.path)
-        if (record and not self.rehash and record.get("size") == st.st_size
-                and record.get("mtime_ns") == st.st_mtime_ns
-                and self._matches_pins(spec, record)
-                and (spec.md5 is None or record.get("md5"))):
+        if not self.rehash and verified_before(spec, record, st):
             return None
         if record and not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
             self._remove(dest)  # fetched from another URL: another file, whatever its size
@@ -756,7 +803,8 @@ class Downloader:
         except FileNotFoundError:
             pass
 
-    def _download(self, spec: FileSpec, part: str) -> tuple[_Digests, int, int]:
+    def _download(self, spec: FileSpec, part: str,
+                  state: _FolderState) -> tuple[_Digests, int, int]:
         """Fetch the rest of `part` (all of it when absent); returns (digests of the whole
         file, the offset resumed from, bytes received)."""
         self._make_folder(os.path.dirname(part), spec)
@@ -797,9 +845,9 @@ class Downloader:
                 raise FetchError(f"{spec.path}: the server's answer cannot be followed "
                                  f"({type(err).__name__}: {_short(err)}; {url})") from None
             with response:
-                return self._answer(spec, part, response, offset, url, guard)
+                return self._answer(spec, part, response, offset, url, guard, state)
 
-    def _answer(self, spec, part, response, offset, url, guard):
+    def _answer(self, spec, part, response, offset, url, guard, state):
         """Judge the response's status and headers, then receive its body."""
         chain = [*response.history, response]
         declared = declared_digests(chain)
@@ -842,6 +890,8 @@ class Downloader:
             raise FetchError(f"{spec.path}: the server has {total} bytes, the manifest pins "
                              f"{spec.size}{note} ({url})")
         expected = spec.size if spec.size is not None else total
+        if spec.size is None and total is not None:
+            remember_size(state, spec, total)
         if expected is None and not getattr(response.raw, "chunked", False) and \
                 not (spec.md5 or spec.sha256 or declared):
             raise FetchError(f"{spec.path}: the server sent no length (neither Content-Length "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from proactivebench_builder.core.download import (
     destination_paths, matches_pins, recorded_size, verified_before)
+from proactivebench_builder.core.phases import human_size
 
 PUBLISHED, RECORDED, APPROXIMATE, ON_DISK = "published", "recorded", "approximate", "on disk"
 NO_REASON = "its manifest gives no size"
@@ -33,15 +34,6 @@ class KnownFile:
     state: str                 # "to fetch", "present, ...", "partly fetched ...", ...
     size: int | None
     source: str | None         # PUBLISHED, RECORDED, APPROXIMATE, ON_DISK; None when unknown
-
-
-def human_size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n} B"
 
 
 def lstat_or_none(path: str) -> os.stat_result | None:

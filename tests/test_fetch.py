@@ -26,7 +26,7 @@ from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.pipeline.commands import fetch
 from proactivebench_builder.pipeline.fetch_plan import (
     SOURCES_ROOT_PLACEHOLDER, PlanError, plan)
-from proactivebench_builder.pipeline.fetch_sizes import human_size
+from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.transforms import manifest_of
 
 FETCHED = ("quickdraw", "imagenet_c", "coco", "rod", "changeit")

@@ -305,7 +305,7 @@ def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys)
     monkeypatch.undo()  # the real record_contract, which calls validate_command
     seen = []
     monkeypatch.setattr(validate_command, "validate_folder",
-                        lambda path: seen.append(path) or ["row 3: answer not in categories"])
+                        lambda path, **_: seen.append(path) or ["row 3: answer not in categories"])
     assert main([built, "--to", str(tmp_path / "published")]) == 2
     assert seen == [built] and "answer not in categories" in capsys.readouterr().err
 

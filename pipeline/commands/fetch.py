@@ -50,7 +50,7 @@ from proactivebench_builder.pipeline.commands.output_folder import check_can_wri
 from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
 from proactivebench_builder.pipeline.fetch_plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
-from proactivebench_builder.pipeline.fetch_sizes import human_size
+from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.pipeline.progress import enabled
 from proactivebench_builder.transforms import load_scenarios, manifest_of
 

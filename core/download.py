@@ -47,7 +47,8 @@ How each file is handled:
   server in the tests, or a cache that mirrors several hosts).
 
 Progress is reported through two callbacks (bytes received, bytes expected), which the command
-connects to a tqdm bar. This module imports nothing of the project outside the core (it is part
+connects to a tqdm bar, and a third names the long steps that receive nothing (verifying a copy
+in place, extracting an archive). This module imports nothing of the project outside the core (it is part
 of it); its one third-party dependency is `requests` (and its urllib3).
 """
 from __future__ import annotations
@@ -73,6 +74,7 @@ from requests.adapters import HTTPAdapter
 
 from proactivebench_builder.core import extract as extraction
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.phases import human_size
 
 STATE_DIR = ".proactivebench-fetch"  # fetch's bookkeeping inside each source folder
 STATE_FILE = "state.json"
@@ -486,7 +488,8 @@ class Downloader:
     def __init__(self, *, mirror: str | None = None, retries: int = 3, retry_wait: float = 2.0,
                  timeout: float = 60.0, min_speed: int = MIN_SPEED, rehash: bool = False,
                  remove_archives: bool = False, reserved: tuple[str, ...] = (STATE_DIR,),
-                 on_bytes=None, on_total=None, on_done=None, session_factory=None):
+                 on_bytes=None, on_total=None, on_done=None, on_phase=None,
+                 session_factory=None):
         self.mirror = mirror
         self.retries = retries
         self.retry_wait = retry_wait
@@ -498,6 +501,9 @@ class Downloader:
         self.on_bytes = on_bytes or (lambda n: None)
         self.on_total = on_total or (lambda n: None)
         self.on_done = on_done or (lambda outcome: None)  # called as each file finishes
+        # (folder, path, what): a long step of a file starts that receives nothing (reading a
+        # copy in place to verify it, extracting an archive)
+        self.on_phase = on_phase or (lambda folder, path, what: None)
         self._session_factory = session_factory or requests.Session
         self._local = threading.local()
         self._states: dict[str, _FolderState] = {}
@@ -755,6 +761,8 @@ class Downloader:
             if total is None and not declared:
                 self._to_partial(dest, part, spec)
                 return "cannot be verified (no pin, no size from the server): fetching again"
+        self.on_phase(folder, spec.path,
+                      f"verifying the copy in place ({human_size(st.st_size)})")
         digests = _hash_file(dest, want_md5=bool(spec.md5 or "md5" in declared),
                              stopping=self.stopping)
         problem = _mismatch(spec, digests, declared)
@@ -998,6 +1006,8 @@ class Downloader:
             return
         target = os.path.join(folder, *[p for p in spec.extract.into.split("/") if p])
         self._check_inside(folder, os.path.join(target, "x"), f"{spec.path}: extraction")
+        self.on_phase(folder, spec.path,
+                      f"extracting it ({human_size(os.path.getsize(dest))})")
         files, size = extraction.extract(dest, target,
                                          strip_components=spec.extract.strip_components,
                                          limits=spec.extract.limits,

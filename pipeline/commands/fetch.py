@@ -39,6 +39,7 @@ from collections import Counter
 
 from tqdm import tqdm
 
+from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
     unknown_name)
@@ -103,10 +104,7 @@ def parser() -> CommandParser:
                         "fetch's record of its size and modification time")
     p.add_argument("--dry_run", action="store_true",
                    help="list what would be fetched and print the manual steps; no network")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="draw the progress bar even when stderr is not a terminal")
-    p.add_argument("--no_progress", dest="progress", action="store_false",
-                   help="do not draw the progress bar")
+    phases.add_flags(p, "the progress bar")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -411,11 +409,16 @@ def download(jobs: list, owners: list, args) -> list:
             elif outcome.extracted:
                 tqdm.write(f"extracted {name}/{outcome.path}", file=sys.stdout)
 
+    def step(folder: str, path: str, what: str) -> None:  # said unless --no_progress
+        if args.progress is not False:
+            with lock:
+                tqdm.write(f"fetch: {owner_of[(folder, path)]}/{path}: {what}", file=sys.stderr)
+
     downloader = Downloader(mirror=args.mirror, retries=args.retries,
                             retry_wait=args.retry_wait, timeout=args.timeout,
                             rehash=args.rehash, remove_archives=args.remove_archives,
                             reserved=RESERVED_NAMES, on_bytes=received, on_total=grow,
-                            on_done=done)
+                            on_done=done, on_phase=step)
     try:
         return downloader.fetch_all(jobs, workers=args.jobs)
     finally:

@@ -406,9 +406,8 @@ def digest_problems(folder: str, entries: list[dict], what: str = "files") -> li
     """Every entry's file is a regular file inside `folder` with the size and sha256 it
     records (one problem per file that is not). The phase is shown as checking `what`."""
     problems = []
-    with phases.phase(f"checking the size and sha256 of {len(entries):,} {what} against "
-                      f"{BUILD_REPORT}", total=sum(e["bytes"] for e in entries),
-                      unit="B") as step:
+    with phases.phase(f"checking the sha256 of {len(entries):,} {what}",
+                      total=sum(e["bytes"] for e in entries), unit="B") as step:
         measured = _sizes_and_sha256(folder, [entry["path"] for entry in entries], step.update)
     for entry, found in zip(entries, measured):
         path = entry["path"]

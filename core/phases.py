@@ -104,8 +104,10 @@ def phase(what: str, total: int | None = None, unit: str = ""):
         _shown["write"](what + (f" ({count_text(total, unit)})" if total else ""))
     bar = None
     if mode == BAR:
+        counted = {} if total or unit else {"bar_format": "{desc}: {elapsed}"}  # one step
         bar = tqdm(total=total, desc=what, unit=unit or "it", unit_scale=unit == "B",
-                   unit_divisor=1000, file=_shown["stream"], leave=True, dynamic_ncols=True)
+                   unit_divisor=1000, file=_shown["stream"], leave=True, dynamic_ncols=True,
+                   **counted)
     step = Phase(bar)
     try:
         yield step

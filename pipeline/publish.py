@@ -322,7 +322,7 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
             kind = "upstream-jsonl" if name.endswith(UPSTREAM_SUFFIX) else "upstream-file"
             planned.append(built_file(f"{prefix}/{name}", folder, f"{UPSTREAM_DIR}/{name}", kind))
     packed = sum(len(names) for names in groups.values())
-    with phases.phase(f"packing the upstream export's {packed:,} image files into zips",
+    with phases.phase(f"packing the upstream export's {packed:,} images into zips",
                       total=sum(exported[n] for names in groups.values() for n in names),
                       unit="B") as step:
         for top, names in sorted(groups.items()):
@@ -345,8 +345,8 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
     planned = []
-    with phases.phase("computing the sha256 and git blob id of every file to publish",
-                      total=len(chosen), unit="files") as step:
+    with phases.phase(f"hashing the {len(chosen):,} files to publish", total=len(chosen),
+                      unit="files") as step:
         for p, kind in sorted(chosen.items()):
             planned.append(built_file(p, folder, p, kind))
             step.update()
@@ -578,7 +578,7 @@ class HubTarget:
         if self.client is None:
             self.client = HubClient(resolve_token(required=not dry_run))
         try:
-            with phases.phase(f"asking the Hub for dataset repo {self.repo_id}"):
+            with phases.phase(f"asking the Hub for {self.repo_id}"):
                 self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
         except HubUnreachable as err:
             if not dry_run:
@@ -695,8 +695,8 @@ class FsspecTarget:
         found = {}
         present = self.sizes()
         same = [(path, size) for path, size in present if sizes.get(path) == size]
-        with phases.phase(f"comparing the sha256 of the {len(same):,} files already in "
-                          f"{self.url} with the plan's", total=len(same), unit="files") \
+        with phases.phase(f"comparing the {len(same):,} files already in the target",
+                          total=len(same), unit="files") \
                 if same else contextlib.nullcontext(phases.Phase()) as step:
             for path, size in present:
                 sha256 = None
@@ -759,7 +759,7 @@ class FsspecTarget:
         (a full disk, Ctrl-C, SIGTERM) removes the temporary files not yet renamed."""
         pending = []
         try:
-            with phases.phase(f"writing {len(plan.upload):,} files into {self.url}",
+            with phases.phase(f"writing {len(plan.upload):,} files into the target",
                               total=plan.upload_bytes, unit="B") as step:
                 for f in plan.upload:
                     pending.append((self.write_temporary(f), f))

@@ -387,8 +387,8 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     folders = shard_folders(root)
     sections, written = [], []
     configs = sorted({c for _, c in folders})
-    with phases.phase(f"sampling {per_scenario} rows of each config and drawing their contact "
-                      "sheets", total=len(configs), unit="configs") as step:
+    with phases.phase(f"drawing {per_scenario} sampled rows of each config",
+                      total=len(configs), unit="configs") as step:
         for config in configs:
             section = config_section(root, out, folders, config, per_scenario, seed, split,
                                      max_frames, written)

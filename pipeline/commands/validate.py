@@ -30,6 +30,7 @@ users load them (`load_problems`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -337,8 +338,8 @@ class FolderValidator:
         return self.problems
 
     def rows_phase(self) -> str:
-        frames = "decoding every frame" if self.decode_frames else "frames not read"
-        return f"checking every row against the record contract, {frames}"
+        frames = "" if self.decode_frames else " (frames not read)"
+        return f"checking every row against the record contract{frames}"
 
     def confined(self, where: str) -> bool:
         """Whether the shard `where` is a regular file inside the folder (a link leading out or
@@ -458,6 +459,20 @@ def reported_rows(report: dict | None) -> int | None:
     return rows + (report.get("train") or {}).get("rows", 0)
 
 
+@contextlib.contextmanager
+def datasets_bars_hidden():
+    """`datasets` draws a bar per data-file resolution: under the phase's own bar, noise."""
+    from datasets.utils import logging as datasets_logging
+
+    shown = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets_logging.enable_progress_bar()
+
+
 def load_problems(root: str) -> list[str]:
     """Every config and split the card declares, loaded the way users load them,
     `datasets.load_dataset(DIR, name=CONFIG, split=SPLIT)`, with a temporary cache (a folder's
@@ -470,9 +485,10 @@ def load_problems(root: str) -> list[str]:
         return problems
     splits = [(entry.get("config_name"), files.get("split")) for entry in configs
               for files in entry.get("data_files") or []]
-    with phases.phase("loading every config split the card declares with "
-                      "datasets.load_dataset", total=len(splits), unit="splits") as step, \
-            tempfile.TemporaryDirectory(prefix="proactivebench-validate-") as cache:
+    with phases.phase("loading every config split with datasets.load_dataset",
+                      total=len(splits), unit="splits") as step, \
+            tempfile.TemporaryDirectory(prefix="proactivebench-validate-") as cache, \
+            datasets_bars_hidden():
         # lazy: importing `datasets` takes seconds, and the build's own final check never loads
         import datasets
 

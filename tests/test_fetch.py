@@ -350,6 +350,37 @@ def test_remove_archives_keeps_a_rerun_from_downloading_them(tmp_path, server, p
     assert code == 0 and server.log == []
 
 
+def test_extracting_and_verifying_a_copy_in_place_are_said_before_they_start(
+        tmp_path, server, plans, stderr_at_calls):
+    """The long steps that receive nothing, one line each on stderr (unless --no_progress)."""
+    from proactivebench_builder.core import download
+
+    root = str(tmp_path / "sources")
+    args = [f"--sources_root={root}", f"--mirror={server.url}", "--retry_wait=0",
+            "--scenarios=coco"]
+    stderr_at_calls.watch(extraction, "extract")
+    assert fetch.main(args) == 0
+    archives = [p.spec.path for p in plans["coco"].files]
+    said = [line for line in stderr_at_calls.lines() if line.startswith("fetch: coco/")]
+    assert sorted(line.split(": ")[1] for line in said) == sorted(f"coco/{a}" for a in archives)
+    assert all(re.fullmatch(r"fetch: coco/\S+: extracting it \([\d.]+ [kM]?B\)", line)
+               for line in said), said
+    assert ": extracting it (" in stderr_at_calls.at_first_call["extract"].splitlines()[-1]
+
+    stderr_at_calls.watch(download, "_hash_file")
+    before = len(stderr_at_calls.lines())
+    assert fetch.main(args + ["--rehash"]) == 0  # every copy in place is read again
+    said = stderr_at_calls.lines()[before:]
+    assert sorted(line.split(": ")[1] for line in said) == sorted(f"coco/{a}" for a in archives)
+    assert all(": verifying the copy in place (" in line for line in said), said
+    assert ": verifying the copy in place (" in \
+        stderr_at_calls.at_first_call["_hash_file"].splitlines()[-1]
+
+    before = len(stderr_at_calls.lines())
+    assert fetch.main(args + ["--rehash", "--no_progress"]) == 0
+    assert stderr_at_calls.lines()[before:] == []
+
+
 # ---- interrupted, corrupted, missing ---------------------------------------------------------
 
 

@@ -387,7 +387,8 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     folders = shard_folders(root)
     sections, written = [], []
     configs = sorted({c for _, c in folders})
-    with phases.phase(f"drawing {per_scenario} sampled rows of each config",
+    rows = f"{per_scenario} sampled row{'s' if per_scenario != 1 else ''}"
+    with phases.phase(f"drawing {rows} of each config",
                       total=len(configs), unit="configs") as step:
         for config in configs:
             section = config_section(root, out, folders, config, per_scenario, seed, split,

@@ -48,8 +48,8 @@ How each file is handled:
 
 Progress is reported through two callbacks (bytes received, bytes expected), which the command
 connects to a tqdm bar, and a third names the long steps that receive nothing (verifying a copy
-in place, extracting an archive). This module imports nothing of the project outside the core (it is part
-of it); its one third-party dependency is `requests` (and its urllib3).
+in place, extracting an archive). This module imports nothing of the project outside the core
+(it is part of it); its one third-party dependency is `requests` (and its urllib3).
 """
 from __future__ import annotations
 
@@ -674,7 +674,7 @@ class Downloader:
         state = self.state(folder)
         if spec.extract is not None and not os.path.lexists(dest):
             done = state.get("extracted", spec.path)
-            if done and done.get("archive_removed") and self._matches_pins(spec, done):
+            if done and done.get("archive_removed") and matches_pins(spec, done):
                 outcome.message = "already extracted (archive removed)"
                 return
         self._check_destination(folder, dest, spec)
@@ -719,10 +719,6 @@ class Downloader:
             self._remember(state, spec, dest, digests)
             outcome.status = "fetched"
             return
-
-    @staticmethod
-    def _matches_pins(spec: FileSpec, record: dict) -> bool:
-        return matches_pins(spec, record)
 
     def _remember(self, state: _FolderState, spec: FileSpec, dest: str, digests: _Digests):
         st = os.stat(dest, follow_symlinks=False)

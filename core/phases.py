@@ -1,6 +1,6 @@
 """What a command is doing while it works, on stderr: the phases of `validate`, `inspect`,
-`publish`, `fetch`, `release_labels` and the build's checks around its pipeline
-(docs/progress.md). The build's pipeline has its own display (pipeline/progress.py).
+`publish` and the build's checks around its pipeline (docs/progress.md). The build's pipeline
+has its own display (pipeline/progress.py); fetch's downloads have their own bar.
 
 - On a terminal, each phase is a tqdm bar (how far it is of its total, its rate and the time
   left), left on the screen as one line once the phase ends.

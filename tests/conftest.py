@@ -4,6 +4,7 @@ runs on: pipeline.beam_compat.local_runner)."""
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 import re
@@ -142,6 +143,17 @@ def built_miniature(tmp_path_factory, miniature_root) -> str:
     output = str(tmp_path_factory.mktemp("built") / "proactivebench")
     run(output, miniature_root, "all")
     return output
+
+
+class FakeStream(io.StringIO):
+    """A text stream that says whether it is a terminal."""
+
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
 
 
 class StderrAtCalls:

@@ -2,31 +2,22 @@
 phase's line written before its work, a bar's count, and nothing outside a command."""
 from __future__ import annotations
 
-import io
 import threading
 
+from conftest import FakeStream
 from proactivebench_builder.core import phases
 
 
-class Stream(io.StringIO):
-    def __init__(self, tty: bool):
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self):
-        return self.tty
-
-
 def test_bars_on_a_terminal_lines_elsewhere_nothing_with_no_progress():
-    assert phases.mode_for(None, Stream(tty=True)) == phases.BAR
-    assert phases.mode_for(None, Stream(tty=False)) == phases.LINES
+    assert phases.mode_for(None, FakeStream(tty=True)) == phases.BAR
+    assert phases.mode_for(None, FakeStream(tty=False)) == phases.LINES
     assert phases.mode_for(None, object()) == phases.LINES  # no isatty at all
-    assert phases.mode_for(True, Stream(tty=False)) == phases.BAR      # --progress
-    assert phases.mode_for(False, Stream(tty=True)) is None            # --no_progress
+    assert phases.mode_for(True, FakeStream(tty=False)) == phases.BAR      # --progress
+    assert phases.mode_for(False, FakeStream(tty=True)) is None            # --no_progress
 
 
 def test_a_phase_line_is_written_before_its_work():
-    stream = Stream(tty=False)
+    stream = FakeStream(tty=False)
     with phases.showing(phases.LINES, "run_pipeline.py validate", stream=stream):
         with phases.phase("checking the sha256 of 3 shards", total=2_500_000, unit="B"):
             assert stream.getvalue() == ("run_pipeline.py validate: checking the sha256 of 3 "
@@ -38,14 +29,14 @@ def test_a_phase_line_is_written_before_its_work():
 
 def test_lines_can_go_to_a_log():
     said = []
-    with phases.showing(phases.LINES, write=said.append, stream=Stream(tty=False)):
+    with phases.showing(phases.LINES, write=said.append, stream=FakeStream(tty=False)):
         with phases.phase("checking every row", total=260, unit="rows"):
             pass
     assert said == ["checking every row (260 rows)"]
 
 
 def test_a_bar_counts_updates_from_several_threads():
-    stream = Stream(tty=True)
+    stream = FakeStream(tty=True)
     with phases.showing(phases.BAR, stream=stream):
         with phases.phase("hashing", total=400, unit="files") as step:
             workers = [threading.Thread(target=lambda: [step.update() for _ in range(100)])
@@ -59,7 +50,7 @@ def test_a_bar_counts_updates_from_several_threads():
 
 
 def test_nothing_is_shown_outside_a_command_or_with_no_progress():
-    stream = Stream(tty=True)
+    stream = FakeStream(tty=True)
     with phases.phase("unseen", total=3) as step:
         step.update()
     with phases.showing(None, stream=stream):
@@ -69,7 +60,7 @@ def test_nothing_is_shown_outside_a_command_or_with_no_progress():
 
 
 def test_showing_restores_what_was_shown_before():
-    outer, inner = Stream(tty=False), Stream(tty=False)
+    outer, inner = FakeStream(tty=False), FakeStream(tty=False)
     with phases.showing(phases.LINES, stream=outer):
         with phases.showing(None, stream=inner):
             with phases.phase("quiet"):

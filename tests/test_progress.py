@@ -2,14 +2,13 @@
 when the display is on. No timing is asserted: times are passed in."""
 from __future__ import annotations
 
-import io
 import json
 import os
 
 from proactivebench_builder.pipeline import progress
 from proactivebench_builder.pipeline.progress import LISTED, READ, State, render, time_left
 
-from conftest import run
+from conftest import FakeStream, run
 
 
 def records(folder: str) -> list[dict]:
@@ -90,15 +89,6 @@ def test_time_left():
     assert time_left(5, 10, 0.0, 10.0) == 10.0
     assert time_left(10, 10, 0.0, 10.0) == 0.0
     assert time_left(0, 0, None, 1.0) is None
-
-
-class FakeStream(io.StringIO):
-    def __init__(self, tty: bool):
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self):
-        return self.tty
 
 
 def test_quiet_when_not_a_terminal_unless_asked():

@@ -134,7 +134,8 @@ def publish_command(argv: list[str]) -> int:
         with phases.showing(phases.mode_for(args.progress), PROG):
             plan = publish.publish(
                 args.folder, target_of(args), dry_run=args.dry_run,
-                with_upstream=args.with_upstream, upstream_prefix=args.upstream_prefix.rstrip("/"),
+                with_upstream=args.with_upstream,
+                upstream_prefix=args.upstream_prefix.rstrip("/"),
                 commit_message=args.commit_message, max_commit_bytes=args.max_commit_bytes,
                 max_commit_files=args.max_commit_files, archive_max_bytes=args.archive_max_bytes,
                 staging_dir=args.staging_dir, check=record_contract)

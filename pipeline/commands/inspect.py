@@ -50,6 +50,7 @@ from proactivebench_builder.pipeline.commands.output_folder import check_can_wri
 from proactivebench_builder.pipeline.commands.validate import (
     declared_behaviour, iter_rows, row_problems, unregistered_problem)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
+from proactivebench_builder.transforms import load_scenarios
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
 
@@ -464,6 +465,7 @@ def inspect_command(argv: list[str]) -> int:
     phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
+    load_scenarios()  # an unusable scenario path is refused before any work
     with phases.showing(phases.mode_for(args.progress), PROG):
         return inspect_checked(args)
 

@@ -17,6 +17,7 @@ from proactivebench_builder.core import buildfolder, phases
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
 from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
+from proactivebench_builder.transforms import load_scenarios
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 
@@ -129,6 +130,7 @@ def check_stand_ins(args) -> None:
 
 def publish_command(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    load_scenarios()  # an unusable scenario path is refused before any work
     try:
         check_stand_ins(args)
         with phases.showing(phases.mode_for(args.progress), PROG):

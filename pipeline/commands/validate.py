@@ -528,6 +528,7 @@ def validate_command(argv: list[str]) -> int:
     phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     args = parser.parse_args(argv)
+    load_scenarios()  # an unusable scenario path is refused before any work
     validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
     with phases.showing(phases.mode_for(args.progress), PROG):
         problems = validator.run()

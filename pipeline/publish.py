@@ -66,6 +66,7 @@ calls, so tests replace only those calls (and run with `HF_HUB_OFFLINE=1`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import hashlib
@@ -77,7 +78,7 @@ import stat
 import tempfile
 import zipfile
 
-from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.layout import (
     CARD, REPORTS_DIR, TEMPORARY_NAME, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
@@ -320,13 +321,19 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
         else:
             kind = "upstream-jsonl" if name.endswith(UPSTREAM_SUFFIX) else "upstream-file"
             planned.append(built_file(f"{prefix}/{name}", folder, f"{UPSTREAM_DIR}/{name}", kind))
-    for top, names in sorted(groups.items()):
-        parts = archive_parts(names, exported, max_bytes)
-        for index, members in enumerate(parts):
-            repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
-            dest = os.path.join(staging, "archives", *repo_path.split("/"))
-            write_deterministic_zip([(n, f"{UPSTREAM_DIR}/{n}") for n in members], dest, folder)
-            planned.append(planned_file(repo_path, dest, "upstream-archive"))
+    packed = sum(len(names) for names in groups.values())
+    with phases.phase(f"packing the upstream export's {packed:,} images into zips",
+                      total=sum(exported[n] for names in groups.values() for n in names),
+                      unit="B") as step:
+        for top, names in sorted(groups.items()):
+            parts = archive_parts(names, exported, max_bytes)
+            for index, members in enumerate(parts):
+                repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
+                dest = os.path.join(staging, "archives", *repo_path.split("/"))
+                write_deterministic_zip([(n, f"{UPSTREAM_DIR}/{n}") for n in members], dest,
+                                        folder)
+                planned.append(planned_file(repo_path, dest, "upstream-archive"))
+                step.update(sum(exported[n] for n in members))
     return planned
 
 
@@ -337,7 +344,13 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen = {CARD: "card"}
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
-    return [built_file(p, folder, p, kind) for p, kind in sorted(chosen.items())]
+    planned = []
+    with phases.phase(f"hashing the {len(chosen):,} files to publish", total=len(chosen),
+                      unit="files") as step:
+        for p, kind in sorted(chosen.items()):
+            planned.append(built_file(p, folder, p, kind))
+            step.update()
+    return planned
 
 
 def collect_files(folder: str, staging: str, with_upstream: bool = False,
@@ -565,7 +578,8 @@ class HubTarget:
         if self.client is None:
             self.client = HubClient(resolve_token(required=not dry_run))
         try:
-            self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+            with phases.phase(f"asking the Hub for {self.repo_id}"):
+                self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
         except HubUnreachable as err:
             if not dry_run:
                 raise
@@ -587,7 +601,8 @@ class HubTarget:
     def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
         if not self.exists:
             return {}
-        return self.client.remote_files(self.repo_id, self.revision)
+        with phases.phase(f"listing the files of {self.repo_id} on the Hub"):
+            return self.client.remote_files(self.repo_id, self.revision)
 
     def owned(self, remote: dict[str, RemoteFile], with_upstream: bool,
               upstream_prefix: str) -> tuple[set[str], list[str]]:
@@ -606,11 +621,14 @@ class HubTarget:
                 "with the card and the deletions: too large for one commit")
 
     def apply(self, plan: Plan, staging: str) -> None:
+        uploading = (f"uploading {len(plan.upload):,} files "
+                     f"({phases.human_size(plan.upload_bytes)}) to {self.repo_id}")
         if plan.atomic:
             staged = stage_files(plan.upload, os.path.join(staging, "upload"))
             operations = add_operations(staged) + delete_operations(plan.delete)
-            self.client.commit(self.repo_id, operations, plan.commit_message, self.revision,
-                               self.parent_commit)
+            with phases.phase(f"{uploading} in one commit"):
+                self.client.commit(self.repo_id, operations, plan.commit_message, self.revision,
+                                   self.parent_commit)
             return
         # The card goes last, so it names the new shards only once they are all there.
         data = [f for f in plan.upload if f.path != CARD]
@@ -618,12 +636,16 @@ class HubTarget:
         if data:
             data_root = os.path.join(staging, "upload-data")
             stage_files(data, data_root)
-            self.client.upload_folder(self.repo_id, data_root, plan.commit_message, self.revision)
+            with phases.phase(f"{uploading}: the data files, in several commits"):
+                self.client.upload_folder(self.repo_id, data_root, plan.commit_message,
+                                          self.revision)
         if card or plan.delete:
             staged = stage_files(card, os.path.join(staging, "upload-card"))
             operations = add_operations(staged) + delete_operations(plan.delete)
-            self.client.commit(self.repo_id, operations, plan.commit_message + " (card)",
-                               self.revision, None)
+            with phases.phase(f"committing the card and {len(plan.delete)} deletions to "
+                              f"{self.repo_id}"):
+                self.client.commit(self.repo_id, operations, plan.commit_message + " (card)",
+                                   self.revision, None)
 
 
 def add_operations(staged: dict[str, str]) -> list:
@@ -671,14 +693,20 @@ class FsspecTarget:
             return {}
         sizes = {f.path: f.size for f in files}
         found = {}
-        for path, size in self.sizes():
-            sha256 = None
-            if sizes.get(path) == size:
-                try:
-                    sha256 = file_digests(self.final_url(path))[1]
-                except fileio.NotARegularFile:
-                    pass
-            found[path] = RemoteFile(path, size, sha256)
+        present = self.sizes()
+        same = [(path, size) for path, size in present if sizes.get(path) == size]
+        with phases.phase(f"comparing the {len(same):,} files already in the target",
+                          total=len(same), unit="files") \
+                if same else contextlib.nullcontext(phases.Phase()) as step:
+            for path, size in present:
+                sha256 = None
+                if sizes.get(path) == size:
+                    try:
+                        sha256 = file_digests(self.final_url(path))[1]
+                    except fileio.NotARegularFile:
+                        pass
+                    step.update()
+                found[path] = RemoteFile(path, size, sha256)
         return found
 
     def sizes(self) -> list[tuple[str, int]]:
@@ -731,8 +759,11 @@ class FsspecTarget:
         (a full disk, Ctrl-C, SIGTERM) removes the temporary files not yet renamed."""
         pending = []
         try:
-            for f in plan.upload:
-                pending.append((self.write_temporary(f), f))
+            with phases.phase(f"writing {len(plan.upload):,} files into the target",
+                              total=plan.upload_bytes, unit="B") as step:
+                for f in plan.upload:
+                    pending.append((self.write_temporary(f), f))
+                    step.update(f.size)
             pending.sort(key=lambda item: (item[1].kind == "record", item[1].path == CARD,
                                            item[1].path))
             while pending:

@@ -39,7 +39,7 @@ import os
 import re
 import stat
 
-from proactivebench_builder.core import fileio, source_lock
+from proactivebench_builder.core import fileio, phases, source_lock
 from proactivebench_builder.core.download import file_kind
 from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
@@ -54,7 +54,9 @@ def verify_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
     problems = []
     for name in sorted(sources):
         manifest = manifests[name] if manifests and name in manifests else _packaged(name)
-        problems.extend(verify_source(name, sources[name], manifest))
+        lock = " and its lock file" if source_lock.exists(sources[name]) else ""
+        with phases.phase(f"verifying {name}'s source folder against its pins{lock}"):
+            problems.extend(verify_source(name, sources[name], manifest))
     return problems
 
 
@@ -84,14 +86,19 @@ def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
     written."""
     chosen = {name: manifests[name] if manifests and name in manifests else _packaged(name)
               for name in sorted(sources)}
-    problems = [line for name, manifest in chosen.items()
-                for line in verify_source(name, sources[name], manifest, compare_lock=False)]
+    problems = []
+    for name, manifest in chosen.items():
+        with phases.phase(f"verifying {name}'s source folder against its pins"):
+            problems += verify_source(name, sources[name], manifest, compare_lock=False)
     if problems:
         return problems, []
     written = []
     for name, manifest in chosen.items():
         try:
-            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+            with phases.phase(f"recording the sha256 of every file of {name} in its lock "
+                              "file"):
+                lines, files, size = source_lock.record(sources[name], name,
+                                                        pins_by_path(manifest))
         except OSError as err:  # a full disk, a read-only folder, a folder in its place
             lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
                      f"{err.strerror or err} (errno {err.errno})"]

@@ -4,6 +4,7 @@ runs on: pipeline.beam_compat.local_runner)."""
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 import re
@@ -142,3 +143,48 @@ def built_miniature(tmp_path_factory, miniature_root) -> str:
     output = str(tmp_path_factory.mktemp("built") / "proactivebench")
     run(output, miniature_root, "all")
     return output
+
+
+class FakeStream(io.StringIO):
+    """A text stream that says whether it is a terminal."""
+
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+class StderrAtCalls:
+    """What a command had written to stderr when it first called each watched function: a
+    phase line found there was said before the work that function does (no timing involved).
+    `text` accumulates stderr as read so far; `out` the same for stdout."""
+
+    def __init__(self, capsys, monkeypatch):
+        self.capsys, self.monkeypatch = capsys, monkeypatch
+        self.text, self.out = "", ""
+        self.at_first_call: dict[str, str] = {}
+
+    def read(self) -> str:
+        captured = self.capsys.readouterr()
+        self.text += captured.err
+        self.out += captured.out
+        return self.text
+
+    def watch(self, owner, name: str) -> None:
+        original = getattr(owner, name)
+
+        def called(*args, **kwargs):
+            self.at_first_call.setdefault(name, self.read())
+            return original(*args, **kwargs)
+
+        self.monkeypatch.setattr(owner, name, called)
+
+    def lines(self) -> list[str]:
+        return self.read().splitlines()
+
+
+@pytest.fixture
+def stderr_at_calls(capsys, monkeypatch) -> StderrAtCalls:
+    return StderrAtCalls(capsys, monkeypatch)

@@ -34,7 +34,7 @@ import pytest
 
 from proactivebench_builder.core import download, extract as extraction, source_lock
 from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
-from proactivebench_builder.pipeline import fetch_plan
+from proactivebench_builder.pipeline import fetch_plan, fetch_sizes
 from proactivebench_builder.pipeline.commands import fetch
 from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
 from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
@@ -921,6 +921,21 @@ def test_a_damaged_state_file_is_ignored_and_everything_verified_from_its_bytes(
         20, open_fifo_once(state) if make == "fifo" else lambda: None)
     assert outcome.status == "fetched", outcome.message
     assert json.loads(state.read_text())["files"]["f"]["size"] == len(BODY)
+
+
+def test_a_recorded_size_of_the_wrong_shape_gives_the_dry_run_no_size(tmp_path):
+    """Entries of the wrong shape (a text, a boolean, a negative size, a list, another URL)
+    give no size; a well-formed one does."""
+    spec = FileSpec(url="https://example.org/x", path="x")
+    planned = fetch_plan.PlannedFile(spec, unknown_size="nobody publishes it")
+    record = {"files": {}, "extracted": {}, "sizes": {}}
+    for bad in ({"url": spec.url, "size": "12"}, {"url": spec.url, "size": True},
+                {"url": spec.url, "size": -1}, [12], {"url": "https://example.org/y", "size": 12}):
+        record["sizes"]["x"] = bad
+        assert fetch_sizes.known_file(planned, str(tmp_path), record).size is None, bad
+    record["sizes"]["x"] = {"url": spec.url, "size": 12}
+    assert fetch_sizes.known_file(planned, str(tmp_path), record) == fetch_sizes.KnownFile(
+        "to fetch", 12, fetch_sizes.RECORDED)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "socket"])

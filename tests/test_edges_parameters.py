@@ -307,6 +307,7 @@ def test_two_plugin_folders_with_modules_of_one_name_both_load(tmp_path):
 @pytest.mark.parametrize("command", [
     [RUN_PIPELINE, "validate", "{data}"],
     [RUN_PIPELINE, "inspect", "{data}"],
+    [RUN_PIPELINE, "publish", "{data}", "--to", "{data}-published", "--dry_run"],
     ["-m", "proactivebench_builder.runtime", "evaluate", "--data", "{data}", "--model", "oracle",
      "--results", "{data}/r.jsonl"],
 ])

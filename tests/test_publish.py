@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import re
 import shutil
 import types
 import zipfile
@@ -305,7 +306,7 @@ def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys)
     monkeypatch.undo()  # the real record_contract, which calls validate_command
     seen = []
     monkeypatch.setattr(validate_command, "validate_folder",
-                        lambda path: seen.append(path) or ["row 3: answer not in categories"])
+                        lambda path, **_: seen.append(path) or ["row 3: answer not in categories"])
     assert main([built, "--to", str(tmp_path / "published")]) == 2
     assert seen == [built] and "answer not in categories" in capsys.readouterr().err
 
@@ -490,3 +491,60 @@ def test_publish_to_any_fsspec_url(built, capsys):
     assert main([built, "--to", url, "--dry-run"]) == 0
     assert "nothing to do" in capsys.readouterr().out
     fs.rm(root, recursive=True)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def said_by_publish(stderr_at_calls) -> list[str]:
+    """The phase lines publish wrote on stderr, without their sizes."""
+    return [line.removeprefix("run_pipeline.py publish: ").split(" (")[0]
+            for line in stderr_at_calls.lines() if line.startswith("run_pipeline.py publish: ")]
+
+
+def last_said_before(stderr_at_calls, name: str) -> str:
+    return stderr_at_calls.at_first_call[name].splitlines()[-1].removeprefix(
+        "run_pipeline.py publish: ").split(" (")[0]
+
+
+def test_a_folder_publish_says_each_phase_before_its_work(built, tmp_path, stderr_at_calls):
+    for name in ("built_file", "write_deterministic_zip"):
+        stderr_at_calls.watch(publish, name)
+    stderr_at_calls.watch(publish.FsspecTarget, "write_temporary")
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target, "--with_upstream"]) == 0
+    files = len(publish.built_files(built))
+    images = sum("/" in name for name in publish.exported_files(built))
+    said = said_by_publish(stderr_at_calls)
+    assert re.fullmatch(r"checking the sha256 of \d+ shards and reports", said[0])
+    assert said[1:] == [
+        f"checking the sha256 of {len(publish.exported_files(built))} exported files",
+        f"hashing the {files} files to publish",
+        f"packing the upstream export's {images:,} images into zips",
+        f"writing {len(publish.list_files(target))} files into the target"]
+    assert last_said_before(stderr_at_calls, "built_file") == said[2]
+    assert last_said_before(stderr_at_calls, "write_deterministic_zip") == said[3]
+    assert last_said_before(stderr_at_calls, "write_temporary") == said[4]
+
+    assert main([built, "--to", target, "--dry_run"]) == 0
+    assert re.fullmatch(r"comparing the \d+ files already in the target",
+                        said_by_publish(stderr_at_calls)[-1])
+    plan, stderr_at_calls.out = stderr_at_calls.out, ""
+    assert main([built, "--to", target, "--dry_run", "--no_progress"]) == 0
+    stderr_at_calls.read()
+    assert plan.endswith(stderr_at_calls.out)  # stdout, what scripts read: the same
+
+
+def test_a_hub_publish_says_each_phase_before_its_call(built, monkeypatch, stderr_at_calls):
+    FakeHub().install(monkeypatch)
+    for name in ("head_commit", "remote_files", "commit"):
+        stderr_at_calls.watch(publish.HubClient, name)
+    assert main([built, "--repo_id", REPO]) == 0
+    files = len(publish.built_files(built))
+    assert said_by_publish(stderr_at_calls)[1:] == [
+        f"asking the Hub for {REPO}", f"hashing the {files} files to publish",
+        f"listing the files of {REPO} on the Hub", f"uploading {files} files"]
+    assert last_said_before(stderr_at_calls, "head_commit") == f"asking the Hub for {REPO}"
+    assert last_said_before(stderr_at_calls, "remote_files") == \
+        f"listing the files of {REPO} on the Hub"
+    assert last_said_before(stderr_at_calls, "commit") == f"uploading {files} files"

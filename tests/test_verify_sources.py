@@ -46,6 +46,36 @@ def test_matching_pins_report_nothing(source):
     assert verify_sources({"demo": source}, {"demo": pins}) == []
 
 
+def test_each_source_folder_is_said_before_it_is_verified_or_recorded(source, tmp_path,
+                                                                       monkeypatch):
+    from proactivebench_builder.core import phases, source_lock
+    from proactivebench_builder.pipeline import verify_sources as verifying
+
+    said, at_call = [], []  # the lines said, and the last one at each call of the work
+
+    def watched(original):
+        def call(*args, **kwargs):
+            at_call.append(said[-1])
+            return original(*args, **kwargs)
+        return call
+
+    for owner, name in ((verifying, "verify_source"), (source_lock, "record")):
+        monkeypatch.setattr(owner, name, watched(getattr(owner, name)))
+    other = str(tmp_path / "other")
+    os.makedirs(other)
+    pins = {"demo": manifest({"rod_*.tar.gz": 2}), "zeta": manifest()}
+    with phases.showing(phases.LINES, write=said.append):
+        assert verify_sources({"demo": source, "zeta": other}, pins) == []
+        assert verifying.record_sources({"demo": source}, pins)[0] == []
+        assert verify_sources({"demo": source}, pins) == []
+    assert said == ["verifying demo's source folder against its pins",
+                    "verifying zeta's source folder against its pins",
+                    "verifying demo's source folder against its pins",
+                    "recording the sha256 of every file of demo in its lock file",
+                    "verifying demo's source folder against its pins and its lock file"]
+    assert at_call == said  # each line said before the work it names
+
+
 def test_every_mismatch_is_reported(source):
     pins = manifest({"rod_*.tar.gz": 3, "images/*.jpg": 2, "missing/*.png": 1},
                     {"rod_0.tar.gz": sha(b"something else"), "rod_1.tar.gz": sha(b"archive one"),

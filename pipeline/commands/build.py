@@ -20,7 +20,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import (
     DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions)
 
-from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
 from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError, UsageError
@@ -101,8 +101,18 @@ def run_build(argv: list[str]) -> dict:
         if url and not fileio.is_local(url):  # Dataflow stages here first: offline, say so
             check_reachable(flag, url)
     config = build_config(opts, argv)
-    if opts.verify_sources:
-        check_sources(config, record=opts.record)
+    # the driver's own long steps (verifying sources, the checks of the written folder): bars
+    # on a terminal (unless --no_progress), else lines of the build's log
+    on_terminal = progress.enabled(None, sys.stderr) and opts.progress is not False
+    checks = phases.BAR if on_terminal else phases.LINES
+    with phases.showing(checks, write=LOG.info):
+        if opts.verify_sources:
+            check_sources(config, record=opts.record)
+        return build_in_folder(options, opts, argv, config)
+
+
+def build_in_folder(options, opts, argv: list[str], config: BuildConfig) -> dict:
+    """Run the build into its output folder, holding the folder's lock; returns the report."""
     runner = configure_runner(options, argv)
     local = runner in LOCAL_RUNNERS
     if local:
@@ -179,7 +189,8 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
                         ", ".join("/".join(u) for u in unused[:3]))
     if filters:
         print(filter_table(filters["scenarios"]))
-    write_build_plots(output)
+    with phases.phase("drawing the build's plots"):
+        write_build_plots(output)
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
     problems = (buildfolder.shard_problems(output, report)
                 + buildfolder.card_problems(output, report))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proactivebench_builder.core import buildfolder
+from proactivebench_builder.core import buildfolder, phases
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
 from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
+from proactivebench_builder.transforms import load_scenarios
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 
@@ -66,6 +67,7 @@ def parser() -> CommandParser:
                         "labels or an unfiltered pool, or imported from other than the released "
                         "split); its card says so. Without it such a build is refused for "
                         "--repo_id")
+    phases.add_flags(p)
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return p
 
@@ -93,8 +95,10 @@ def main(argv: list[str]) -> int:
 
 def record_contract(folder: str) -> list[str]:
     """Every row of the folder against the record contract, and every config loaded through
-    `datasets` (the `validate` command's checks)."""
-    return validate.validate_folder(folder) or validate.load_problems(folder.rstrip("/"))
+    `datasets` (the `validate` command's checks). Its status and checksums are not read again:
+    `publish.validate_for_publishing` has checked them just before."""
+    return (validate.validate_folder(folder, check_status=False)
+            or validate.load_problems(folder.rstrip("/")))
 
 
 def stand_ins(folder: str) -> dict:
@@ -126,14 +130,17 @@ def check_stand_ins(args) -> None:
 
 def publish_command(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    load_scenarios()  # an unusable scenario path is refused before any work
     try:
         check_stand_ins(args)
-        plan = publish.publish(
-            args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
-            upstream_prefix=args.upstream_prefix.rstrip("/"), commit_message=args.commit_message,
-            max_commit_bytes=args.max_commit_bytes, max_commit_files=args.max_commit_files,
-            archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir,
-            check=record_contract)
+        with phases.showing(phases.mode_for(args.progress), PROG):
+            plan = publish.publish(
+                args.folder, target_of(args), dry_run=args.dry_run,
+                with_upstream=args.with_upstream,
+                upstream_prefix=args.upstream_prefix.rstrip("/"),
+                commit_message=args.commit_message, max_commit_bytes=args.max_commit_bytes,
+                max_commit_files=args.max_commit_files, archive_max_bytes=args.archive_max_bytes,
+                staging_dir=args.staging_dir, check=record_contract)
     except publish.PublishError as err:
         print(f"PUBLISH FAILED: {err}", file=sys.stderr)
         return err.exit_code

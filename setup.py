@@ -41,7 +41,9 @@ setup(
         # pycocotools: the reference the streaming COCO reader is checked against
         "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel",
                  "pycocotools>=2.0.7",
-                 "hypothesis>=6.100"],  # tests/fuzz/: property-based fuzzing of every parser
+                 "hypothesis>=6.100",   # tests/fuzz/: property-based fuzzing of every parser
+                 # a real S3 API (moto's server) for publishing to a store that fails mid-way
+                 "moto[server]>=5", "s3fs"],
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],

@@ -233,6 +233,8 @@ def run_command(prog: str, body, argv: list[str]) -> int:
     --debug in argv these show their traceback. Any other exception is a bug and keeps its
     traceback."""
     debug = any(canonical(a) == "--debug" for a in argv)
+    if not debug:
+        quiet_store_clients()
     with CtrlC(quiet=not debug) as ctrl_c:
         try:
             return body(argv)
@@ -259,6 +261,24 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             if debug:
                 traceback.print_exc()
             return ctrl_c.report(prog)
+
+
+class _StoreClientNoise(logging.Filter):
+    """asyncio's report of a store client's background task that failed ("Task exception was
+    never retrieved": aiohttp's write of a request whose connection was cut): the request
+    itself fails with that error, which the command reports in one line; the report adds a
+    traceback per request. No code of ours runs on asyncio."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(("Task exception was never retrieved",
+                                                   "Unclosed client session",
+                                                   "Unclosed connector"))
+
+
+def quiet_store_clients() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _StoreClientNoise) for f in logger.filters):
+        logger.addFilter(_StoreClientNoise())
 
 
 def one_line(text: str) -> str:

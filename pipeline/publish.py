@@ -116,6 +116,24 @@ def naming(err: OSError, path: str) -> OSError:
     return err
 
 
+class StoreFailed(PublishError):
+    """A remote store (s3://, gs://, ...) failed mid-way: its connection cut, its endpoint gone.
+    What was renamed into place is complete; what was not is under temporary names, removed
+    when the store answers (else named), and a rerun resumes."""
+    exit_code = 1
+
+
+def store_failure(target: str, err: BaseException, left: list[str]) -> StoreFailed:
+    """One line for a store's failure, whatever its client put in the message (aiohttp's and
+    botocore's texts span lines)."""
+    detail = " ".join(str(err).split())[:300]
+    leftover = (f"; {len(left):,} temporary object(s) could not be removed now ({left[0]}"
+                f"{', ...' if len(left) > 1 else ''}), the next publish removes them" if left
+                else "; nothing it wrote is taken for complete")
+    return StoreFailed(f"{target}: the store failed: {type(err).__name__}: {detail}{leftover}. "
+                       f"{RESUME_HINT}")
+
+
 class HubUnreachable(PublishError):
     """The Hub could not be contacted (no network, offline mode): a dry run plans without it."""
 
@@ -756,7 +774,24 @@ class FsspecTarget:
     def apply(self, plan: Plan, staging: str) -> None:
         """Every file under a temporary name, then renamed: data first, the card and the
         record last, so the card never names a file that is not there yet. Whatever stops it
-        (a full disk, Ctrl-C, SIGTERM) removes the temporary files not yet renamed."""
+        (a full disk, Ctrl-C, SIGTERM, a remote store's connection cut) removes the temporary
+        files not yet renamed; a remote store's failure is one line (StoreFailed) naming those
+        it could not remove."""
+        self.left = []
+        try:
+            self._apply(plan)
+        except (PublishError, KeyboardInterrupt):
+            raise
+        except OSError as err:
+            if err.errno and fileio.is_local(self.url):
+                raise  # a full disk, permissions: PublishOutputError, naming the file
+            raise store_failure(self.describe(), err, self.left) from err
+        except Exception as err:  # noqa: BLE001 - the store client's own (botocore, aiohttp)
+            if fileio.is_local(self.url):
+                raise
+            raise store_failure(self.describe(), err, self.left) from err
+
+    def _apply(self, plan: Plan) -> None:
         pending = []
         try:
             with phases.phase(f"writing {len(plan.upload):,} files into the target",
@@ -786,7 +821,7 @@ class FsspecTarget:
             self.copy_bytes(f.source, temp)
         except BaseException as err:
             self.remove_quietly(temp)
-            if isinstance(err, OSError):
+            if isinstance(err, OSError) and fileio.is_local(self.url):
                 raise naming(err, dest) from err
             raise
         return temp
@@ -796,11 +831,20 @@ class FsspecTarget:
             shutil.copyfileobj(inp, out, CHUNK)
 
     def remove_quietly(self, path: str) -> None:
+        """Remove a temporary file; one the store cannot remove now (its endpoint gone) is
+        kept in `left`, for the failure's line (the next publish removes it). Once one could
+        not be removed the others are not tried: each try would wait out the client's retries
+        against a store that does not answer."""
+        left = getattr(self, "left", None)
+        if left:
+            left.append(path)
+            return
         try:
             if self.fs.exists(path):
                 self.fs.rm(path)
-        except OSError:
-            pass
+        except Exception:  # noqa: BLE001 - whatever the store's client raises
+            if left is not None:
+                left.append(path)
 
     def local_root(self) -> str | None:
         return self.url if fileio.is_local(self.url) else None

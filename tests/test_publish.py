@@ -548,3 +548,81 @@ def test_a_hub_publish_says_each_phase_before_its_call(built, monkeypatch, stder
     assert last_said_before(stderr_at_calls, "remote_files") == \
         f"listing the files of {REPO} on the Hub"
     assert last_said_before(stderr_at_calls, "commit") == f"uploading {files} files"
+
+
+# ---- a remote store (S3, served by moto) that fails mid-publish ------------------------------
+
+@pytest.fixture(scope="module")
+def s3_port():
+    """A local S3-compatible server (moto's) holding one bucket."""
+    boto3 = pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        port = server._server.server_port
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                     aws_access_key_id="x", aws_secret_access_key="x").create_bucket(
+            Bucket="bucket")
+        yield port
+    finally:
+        server.stop()
+
+
+def s3_objects(port: int, prefix: str) -> dict[str, bytes]:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    found = {}
+    for item in s3.list_objects_v2(Bucket="bucket", Prefix=prefix).get("Contents", []):
+        found[item["Key"][len(prefix):]] = s3.get_object(Bucket="bucket",
+                                                         Key=item["Key"])["Body"].read()
+    return found
+
+
+def publish_to_s3(folder: str, url: str, port: int) -> tuple[int, list[str]]:
+    """`publish FOLDER --to URL` in a process of its own, through the endpoint at `port`, with
+    the S3 client's retries at one attempt (a dead endpoint then fails at once)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
+               AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="1",
+               AWS_RETRY_MODE="standard")
+    run_pipeline = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "run_pipeline.py")
+    done = subprocess.run([sys.executable, run_pipeline, "publish", folder, "--to", url,
+                           "--no_progress"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
+
+
+def test_a_store_that_dies_mid_publish_is_one_line_and_a_rerun_converges(built, s3_port):
+    """The store's connections are cut after half the bytes: one PUBLISH FAILED line, last,
+    naming the store and the cause and how to resume; no file under its final name that is not
+    whole, no card; once the store is back, the same command converges to an uninterrupted
+    publish's objects, byte for byte, leaving no temporary object."""
+    from relay import Relay
+
+    assert publish_to_s3(built, "s3://bucket/whole", s3_port)[0] == 0
+    whole = s3_objects(s3_port, "whole/")
+    relay = Relay(s3_port, budget=sum(len(b) for b in whole.values()) // 2)
+    try:
+        status, lines = publish_to_s3(built, "s3://bucket/cut", relay.port)
+        assert status == 1 and lines[-1].startswith("PUBLISH FAILED: folder s3://bucket/cut: "
+                                                    "the store failed: "), lines
+        assert "Re-run the same command to resume" in lines[-1]
+        assert not [line for line in lines[:-1] if not line.startswith("note: ")], lines
+        cut = s3_objects(s3_port, "cut/")
+        final = {k: v for k, v in cut.items() if not os.path.basename(k).startswith(".tmp-")}
+        assert "README.md" not in final  # the card goes last: nothing reads as complete
+        assert all(whole[k] == v for k, v in final.items())
+        relay.revive()
+        status, lines = publish_to_s3(built, "s3://bucket/cut", relay.port)
+        assert status == 0, lines
+    finally:
+        relay.close()
+    assert s3_objects(s3_port, "cut/") == whole

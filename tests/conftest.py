@@ -18,6 +18,7 @@ os.environ["PROACTIVEBENCH_SCENARIO_PATH"] = os.pathsep.join(
 import pytest  # noqa: E402
 
 from proactivebench_builder.pipeline.commands.build import run_build  # noqa: E402
+from proactivebench_builder.pipeline.local_runs import flag_given  # noqa: E402
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources  # noqa: E402
 from proactivebench_builder.transforms import load_scenarios  # noqa: E402
 
@@ -81,15 +82,23 @@ def miniature_root(tmp_path_factory) -> str:
     return ensure_miniature_sources(root, load_scenarios())
 
 
-# One in-memory worker: a build whose DoFns must see a test's monkeypatches runs in this process
-# (a default local build runs its DoFns in worker processes of their own).
+# One in-memory worker: the build's DoFns run in this process, so they see a test's
+# monkeypatches and no worker process is started (a default local build starts one per core,
+# seconds each). Builds in tests run so unless the test is about worker processes, which then
+# says so with WORKER_PROCESSES (or its own --direct_num_workers / --direct_running_mode).
 IN_PROCESS = "--direct_num_workers=1"
+# The default local run's workers: one process per core (no --direct_num_workers given).
+WORKER_PROCESSES = "--direct_running_mode=multi_processing"
 
 
 def run(output: str, sources_root: str, scenarios: str, *extra: str) -> dict:
-    """Build into `output`; returns reports/build.json."""
+    """Build into `output`, in this process unless `extra` sets the workers; returns
+    reports/build.json."""
+    sets_workers = any(flag_given(list(extra), name)
+                       for name in ("direct_num_workers", "direct_running_mode"))
+    workers = () if sets_workers else (IN_PROCESS,)
     return run_build([f"--output={output}", f"--sources_root={sources_root}",
-                      f"--scenarios={scenarios}", RUNNER, *extra])
+                      f"--scenarios={scenarios}", RUNNER, *workers, *extra])
 
 
 def read_jsonl(path: str) -> list[dict]:

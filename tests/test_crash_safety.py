@@ -20,6 +20,7 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import RUNNER, run, shard_files
 from proactivebench_builder.transforms import manifest_of
@@ -91,6 +92,7 @@ def kill_while_writing(output: str, sources_root: str) -> list[str]:
             process.wait()
 
 
+@pytest.mark.build
 def test_killed_build_leaves_no_partial_shard_and_rerun_matches(tmp_path):
     sources_root = write_corpus(str(tmp_path / "sources"))
     reference = str(tmp_path / "reference")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import WORKER_PROCESSES, file_bytes, run, shard_files
+from conftest import WORKER_PROCESSES, builds, file_bytes, run, shard_files
 
 
 def _compare(a: str, b: str) -> None:
@@ -27,6 +27,7 @@ def _compare(a: str, b: str) -> None:
 
 
 @pytest.fixture(scope="module")
+@builds
 def built_in_worker_processes(tmp_path_factory, miniature_root) -> str:
     """Every scenario built as a default local run builds: one worker process per core."""
     output = str(tmp_path_factory.mktemp("worker_processes") / "proactivebench")

@@ -14,7 +14,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_json, read_jsonl, run
+from conftest import EXTRA_SCENARIO_DIR, read_json, read_jsonl, run
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
 from proactivebench_builder.transforms import load_scenarios
@@ -27,10 +27,10 @@ CONFIG = "Focus"
 
 
 @pytest.fixture(scope="module")
-def focus_build(tmp_path_factory):
-    root = private_miniature(tmp_path_factory, "focus")
-    output, report = build_once(tmp_path_factory, root, "focus")
-    return root, output, report
+def focus_build(shared_build, miniature_root):
+    """(sources root, output, build.json) of a shared build of the plug-in alone (read only)."""
+    output, report = shared_build(miniature_root, "focus")
+    return miniature_root, output, report
 
 
 def _rows(output: str, split: str = "") -> list[dict]:
@@ -171,6 +171,7 @@ def test_keyword_clashes_are_refused_with_a_clear_error():
         Play(actions={"DEFOG": "defog"})
 
 
+@pytest.mark.build
 def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     """A plug-in whose keyword is inside an upstream one: one clear line, exit 1, no traceback."""
     import subprocess
@@ -201,6 +202,7 @@ def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
         _check(plain=Play(suggestions=("Wave a flag.",)))
 
 
+@pytest.mark.build
 def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
     import subprocess
     import sys

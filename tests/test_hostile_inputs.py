@@ -122,6 +122,7 @@ def build_peak_mb(output: str, sources_root: str, *extra: str) -> tuple[int, flo
 BOMB_BYTES = int(os.environ.get("PB_BOMB_BYTES", 1 << 29))
 
 
+@pytest.mark.build
 def test_a_huge_member_does_not_raise_peak_memory(tmp_path_factory):
     """Before: every member was read whole before its name was looked at (2.2 GB peak for a
     1 GiB member). Now a member is judged by its header and an oversized frame is not read."""
@@ -150,6 +151,7 @@ def test_a_huge_member_does_not_raise_peak_memory(tmp_path_factory):
 
 # ---- 2. links -----------------------------------------------------------------------------
 
+@pytest.mark.build
 def test_link_members_of_an_archive_are_counted_dead_letters(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("rod_links"))
     shutil.copytree(private_miniature(tmp_path_factory, "rod"), root, dirs_exist_ok=True)
@@ -171,6 +173,7 @@ def test_link_members_of_an_archive_are_counted_dead_letters(tmp_path_factory):
     assert len(links) == 2 and all("/etc/hostname" in d["reason"] for d in links)
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("name", sorted(load_scenarios()))
 def test_links_out_of_the_sources_root_are_never_followed(name, tmp_path_factory):
     """Every image file of the source is replaced by a link to a copy outside the sources root
@@ -254,6 +257,7 @@ def link_out(root: str, relative: str, outside: str) -> str:
     return os.path.realpath(target)
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("name,relative,outcome", METADATA_LINKS,
                          ids=[f"{n}:{r.split('/', 1)[1]}" for n, r, _ in METADATA_LINKS])
 def test_metadata_linked_out_of_the_sources_root_is_never_followed(name, relative, outcome,
@@ -283,6 +287,7 @@ def test_metadata_linked_out_of_the_sources_root_is_never_followed(name, relativ
     assert OUTSIDE_MARKER.encode() not in every_output_byte(output)
 
 
+@pytest.mark.build
 def test_a_labels_file_named_outright_outside_the_root_is_the_users_own(tmp_path_factory):
     """Only source files are held to the root: VSOD's `labels_file` given as an absolute path
     (the user's configuration, not a link in a download) is read wherever it is."""
@@ -461,6 +466,7 @@ def test_evaluate_accepts_an_intact_build(built_miniature):
 FILE_FRAMES = [n for n in sorted(load_scenarios()) if n not in ("quickdraw",)]
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("name", FILE_FRAMES)
 def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_factory,
                                                              monkeypatch):
@@ -570,6 +576,7 @@ def add_bom_and_blank_lines(path: str) -> None:
         handle.write(b"\xef\xbb\xbf" + data)
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("name, patterns", [
     ("changeit", ["*.csv", "videos/*.csv", "annotations/*/*.csv"]),
     ("coco", ["annotations/*.json"]),

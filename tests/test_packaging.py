@@ -29,7 +29,7 @@ import sys
 import tarfile
 
 import pytest
-from conftest import shard_files
+from conftest import builds, shard_files
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
@@ -73,6 +73,7 @@ def expected_members() -> set[str]:
 
 
 @pytest.fixture(scope="module")
+@builds
 def sdist(tmp_path_factory) -> str:
     """The archive Beam's stager would build for `--setup_file ./setup.py` (same command)."""
     outdir = tmp_path_factory.mktemp("sdist")
@@ -85,6 +86,7 @@ def sdist(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
+@builds
 def venv_python(sdist, tmp_path_factory) -> str:
     """A fresh virtual environment with the sdist installed (see the module docstring)."""
     wheels = tmp_path_factory.mktemp("wheel")

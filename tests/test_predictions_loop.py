@@ -15,7 +15,7 @@ from collections import defaultdict
 import datasets
 import pytest
 
-from conftest import read_json, run
+from conftest import builds, read_json, run
 
 from proactivebench_builder.core.errors import BuildFailed
 from proactivebench_builder.runtime.cli import main as evaluate
@@ -32,6 +32,7 @@ def first_round(data, results, model, *extra):
 
 
 @pytest.fixture(scope="module")
+@builds
 def loop(tmp_path_factory, miniature_root):
     """build -> first round of every model into one file -> rebuild with --predictions."""
     root = tmp_path_factory.mktemp("loop")

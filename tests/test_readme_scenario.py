@@ -11,6 +11,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,6 +29,7 @@ def code_blocks(section: str) -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
 
 
+@pytest.mark.build
 def test_the_readme_example_scenario_works(tmp_path):
     blocks = code_blocks(readme_section())
     files = {}

@@ -26,7 +26,7 @@ import fsspec
 import pytest
 from PIL import Image
 
-from conftest import RUNNER, read_json, run, shard_files
+from conftest import RUNNER, builds, read_json, run, shard_files
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.pipeline.commands import main as cli
@@ -119,6 +119,7 @@ def one_line(text: str) -> str:
 
 # ---- route 1: the released split ---------------------------------------------------------------
 
+@pytest.mark.build
 def test_route_1_imports_the_release_and_checks_its_counts(tmp_path, release):
     out = str(tmp_path / "released")
     report = run(out, "/unused", "rod,vsod", f"--import_upstream={release}",
@@ -184,6 +185,7 @@ def test_route_1_points_at_the_test_folder(tmp_path, release, capsys):
     assert f"--import_upstream {release}" in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.build
 def test_route_1_build_fails_when_a_record_of_the_release_cannot_be_read(tmp_path, release,
                                                                          capsys):
     """The records count right, but a frame is missing (an archive not unzipped): the build
@@ -239,6 +241,7 @@ def vsod_release_records():
 
 
 @pytest.fixture
+@builds
 def labelled_sources(tmp_path):
     """(sources root, release folder): miniature MVP-N and VSOD sources, and release-shaped
     records of both to derive their labels from."""
@@ -465,6 +468,7 @@ class UnreachableStore(fsspec.AbstractFileSystem):
     ls = info
 
 
+@pytest.mark.build
 def test_an_unreachable_store_is_not_blamed_on_missing_folders(tmp_path, capsys):
     fsspec.register_implementation("unreachable", UnreachableStore, clobber=True)
     with pytest.raises(SourceError, match="cannot reach unreachable://bucket/sources"):
@@ -491,6 +495,7 @@ def test_an_unreachable_hub_fails_fast_in_one_line(tmp_path, monkeypatch, capsys
     assert "cannot be reached" in line and "HF_HUB_OFFLINE=1" in line and "local folder" in line
 
 
+@pytest.mark.build
 def test_the_dataflow_requirements_file_installs(tmp_path):
     """What the README's Dataflow command passes to --requirements_file, installed as a worker
     would, into a throwaway environment (from the package registry or pip's cache)."""

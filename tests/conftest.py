@@ -105,13 +105,17 @@ IN_PROCESS = "--direct_num_workers=1"
 WORKER_PROCESSES = "--direct_running_mode=multi_processing"
 
 
+def worker_flags(flags) -> list[str]:
+    """[IN_PROCESS], unless `flags` (a build's other flags) set the workers themselves."""
+    sets_workers = any(flag_given(list(flags), name)
+                       for name in ("direct_num_workers", "direct_running_mode"))
+    return [] if sets_workers else [IN_PROCESS]
+
+
 def build_flags(sources_root: str, scenarios: str, *extra: str) -> list[str]:
     """The flags `run` builds with, but --output."""
-    sets_workers = any(flag_given(list(extra), name)
-                       for name in ("direct_num_workers", "direct_running_mode"))
-    workers = () if sets_workers else (IN_PROCESS,)
-    return [f"--sources_root={sources_root}", f"--scenarios={scenarios}", RUNNER, *workers,
-            *extra]
+    return [f"--sources_root={sources_root}", f"--scenarios={scenarios}", RUNNER,
+            *worker_flags(extra), *extra]
 
 
 def run(output: str, sources_root: str, scenarios: str, *extra: str) -> dict:

@@ -180,7 +180,7 @@ def test_hyphenated_build_flags_build(tmp_path, miniature_root):
     output = str(tmp_path / "out")
     assert build.main([f"--output={output}", "--sources-root", miniature_root,
                        "--scenarios=quickdraw", "--no-train", "--no-upstream-export",
-                       "--final-validation=off", RUNNER]) == 0
+                       "--final-validation=off", RUNNER, "--direct-num-workers=1"]) == 0
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert set(report["scenarios"]) == {"quickdraw"}
     assert not os.path.exists(os.path.join(output, "upstream"))

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from conftest import IN_PROCESS, RUNNER, private_miniature, read_json, read_jsonl, run, shard_files
+from conftest import (
+    IN_PROCESS, RUNNER, WORKER_PROCESSES, private_miniature, read_json, read_jsonl, run, shard_files)
 from proactivebench_builder.core import buildfolder
 from proactivebench_builder.core.errors import BuildFailed
 from proactivebench_builder.core.layout import LOCK
@@ -109,7 +110,7 @@ def build_peak_mb(output: str, sources_root: str, *extra: str) -> tuple[int, flo
     whole build in it: its peak is the build's)."""
     done = subprocess.run(
         [sys.executable, "-c", PEAK_SCRIPT, f"--output={output}",
-         f"--sources_root={sources_root}", "--scenarios=rod", RUNNER, "--no_train",
+         f"--sources_root={sources_root}", "--scenarios=rod", RUNNER, IN_PROCESS, "--no_train",
          "--no_upstream_export", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     peak = [line for line in done.stderr.splitlines() if line.startswith("PEAK_KB")]
@@ -635,9 +636,9 @@ def test_a_full_disk_is_one_clear_line_and_leaves_no_temporary_file(disk, small_
         output = os.path.join(small_filesystem, "out")
     # the injected fault reaches only DoFns running in this process; a real full disk, the
     # default build's worker processes too
-    in_process = [IN_PROCESS] if disk == "injected" else []
+    workers = IN_PROCESS if disk == "injected" else WORKER_PROCESSES
     code = main_command.main([f"--output={output}", f"--sources_root={miniature_root}",
-                               "--scenarios=rod,quickdraw", RUNNER, *in_process])
+                               "--scenarios=rod,quickdraw", RUNNER, workers])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert err[-1].startswith("BUILD FAILED: No space left on device (errno 28): " + output), err

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import builds, read_json, read_jsonl
+from conftest import IN_PROCESS, builds, read_json, read_jsonl, worker_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_PIPELINE = os.path.join(REPO, "run_pipeline.py")
@@ -38,7 +38,7 @@ def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subproce
     result = subprocess.run(
         [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
          "--max_bad_fraction=0.9", f"--scenarios={scenarios}", f"--sources_root={sources}",
-         f"--output={output}", *extra],
+         f"--output={output}", *worker_flags(extra), *extra],
         capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
     return result, output
 
@@ -562,9 +562,10 @@ def test_an_update_over_damaged_previous_reports_is_one_line_or_rebuilt(
     damage(os.path.join(output, "reports", "dead_letters.jsonl"))
     try:
         result = subprocess.run(
-            [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
-             "--max_bad_fraction=0.9", "--scenarios=quickdraw", f"--sources_root={sources}",
-             f"--output={output}", "--set", "quickdraw.samples_per_class=5"],
+            [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", IN_PROCESS, "--no_progress",
+             "--no_train", "--max_bad_fraction=0.9", "--scenarios=quickdraw",
+             f"--sources_root={sources}", f"--output={output}", "--set",
+             "quickdraw.samples_per_class=5"],
             capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     except subprocess.TimeoutExpired:
         pytest.fail("the update blocked")

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from conftest import IN_PROCESS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -54,7 +56,7 @@ def test_the_readme_example_scenario_works(tmp_path):
         if words[1] == "run_pipeline.py":
             words[1] = os.path.join(REPO, "run_pipeline.py")
             if words[2] != "validate":
-                words.append("--runner=FnApiRunner")
+                words += ["--runner=FnApiRunner", IN_PROCESS]
         done = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"

@@ -26,7 +26,7 @@ import fsspec
 import pytest
 from PIL import Image
 
-from conftest import RUNNER, builds, read_json, run, shard_files
+from conftest import IN_PROCESS, RUNNER, builds, read_json, run, shard_files
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.pipeline.commands import main as cli
@@ -108,7 +108,8 @@ def release(tmp_path_factory) -> str:
 
 
 def build_cli(*argv, runner: str = RUNNER) -> int:
-    return cli.main([*argv, runner])
+    """The build command, run in this process (on the local runner, by one in-memory worker)."""
+    return cli.main([*argv, runner, *([IN_PROCESS] if runner == RUNNER else [])])
 
 
 def one_line(text: str) -> str:

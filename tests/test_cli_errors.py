@@ -464,12 +464,14 @@ def write_corpus(root: str) -> str:
 
 
 def temporary_files(output: str) -> list[str]:
+    """The shards being written under `output` (not the build's other files written under a
+    temporary name: build.json's first "building" is written so before the build starts)."""
     return [os.path.join(folder, n) for folder, _, names in os.walk(output) for n in names
-            if n.startswith(".tmp-")]
+            if n.startswith(".tmp-") and n.endswith(".parquet")]
 
 
 def interrupt_while_writing(args: list[str], output: str) -> tuple[int, str]:
-    """Start a build in its own process group, wait until a file is being written under the
+    """Start a build in its own process group, wait until a shard is being written under the
     output, then send SIGINT to the whole group, as a terminal's Ctrl-C does. Returns the exit
     status and what the build wrote on stderr after the interrupt."""
     process = subprocess.Popen([sys.executable, RUN_PIPELINE, f"--output={output}", *args],

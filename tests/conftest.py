@@ -1,6 +1,7 @@
 """Shared fixtures: miniature raw sources (written once per session, in each source's real
-layout) and a helper that runs a whole build on the FnApiRunner (the runner every local build
-runs on: pipeline.beam_compat.local_runner)."""
+layout), the builds made of them (one per distinct set of inputs per session: shared_build),
+and a helper that runs a whole build on the FnApiRunner (the runner every local build runs on:
+pipeline.beam_compat.local_runner), in this process unless a test is about worker processes."""
 from __future__ import annotations
 
 import copy

@@ -39,8 +39,9 @@ setup(
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);
         # pycocotools: the reference the streaming COCO reader is checked against
-        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel",
-                 "pycocotools>=2.0.7",
+        # pytest-xdist: the suite runs in two processes (-n 2), each with its own session builds
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "dask[distributed]>=2024.8", "build>=1.2",
+                 "wheel", "pycocotools>=2.0.7",
                  "hypothesis>=6.100",   # tests/fuzz/: property-based fuzzing of every parser
                  # a real S3 API (moto's server) for publishing to a store that fails mid-way
                  "moto[server]>=5", "s3fs"],

@@ -71,6 +71,7 @@ def test_build_refuses_a_misspelled_flag_naming_the_closest(capsys, argv, sugges
     assert f"did you mean {suggestion}?" in line
 
 
+@pytest.mark.build
 def test_build_typo_exits_2_before_any_work(tmp_path):
     """The issue's cases, as a user runs them: nothing is written (not even the miniature
     sources the default build would generate in the working folder), exit 2, one line."""
@@ -107,6 +108,7 @@ def test_evaluate_refuses_a_misspelled_flag(capsys, tmp_path):
     assert not os.path.exists(tmp_path / "r.jsonl")
 
 
+@pytest.mark.build
 def test_typos_exit_2_in_every_command_as_a_user_runs_them(tmp_path):
     """Exit status and whole stderr of each command, in a subprocess."""
     cases = [
@@ -178,7 +180,7 @@ def test_hyphenated_build_flags_build(tmp_path, miniature_root):
     output = str(tmp_path / "out")
     assert build.main([f"--output={output}", "--sources-root", miniature_root,
                        "--scenarios=quickdraw", "--no-train", "--no-upstream-export",
-                       "--final-validation=off", RUNNER]) == 0
+                       "--final-validation=off", RUNNER, "--direct-num-workers=1"]) == 0
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert set(report["scenarios"]) == {"quickdraw"}
     assert not os.path.exists(os.path.join(output, "upstream"))
@@ -300,6 +302,7 @@ def test_build_refuses_bad_values_in_one_line(capsys, tmp_path, monkeypatch, arg
     assert os.listdir(tmp_path) == []   # not even the miniature sources
 
 
+@pytest.mark.build
 def test_output_that_is_a_file_is_refused_before_the_build(tmp_path):
     """Before, the build ran and then failed with a 110-line traceback."""
     existing = tmp_path / "a-file"
@@ -375,6 +378,7 @@ def test_evaluate_refuses_models_scenarios_and_values_in_one_line(capsys, tmp_pa
     assert not results.exists()
 
 
+@pytest.mark.build
 def test_unknown_model_as_a_user_runs_it(tmp_path):
     """Before: a traceback. Now: one line, exit 2."""
     result = command([*EVALUATE, "--data", str(tmp_path), "--model", "oracel", "--results",
@@ -415,6 +419,7 @@ def test_spelling_is_normalised_only_for_flags():
 # ---- the known noise ----------------------------------------------------------------------------
 
 
+@pytest.mark.build
 def test_no_known_noise_in_a_first_build(tmp_path):
     """A first build in an empty folder writes the miniature sources (ChangeIt's WebM video
     among them) and prints no warning that means nothing to a user."""
@@ -459,12 +464,14 @@ def write_corpus(root: str) -> str:
 
 
 def temporary_files(output: str) -> list[str]:
+    """The shards being written under `output` (not the build's other files written under a
+    temporary name: build.json's first "building" is written so before the build starts)."""
     return [os.path.join(folder, n) for folder, _, names in os.walk(output) for n in names
-            if n.startswith(".tmp-")]
+            if n.startswith(".tmp-") and n.endswith(".parquet")]
 
 
 def interrupt_while_writing(args: list[str], output: str) -> tuple[int, str]:
-    """Start a build in its own process group, wait until a file is being written under the
+    """Start a build in its own process group, wait until a shard is being written under the
     output, then send SIGINT to the whole group, as a terminal's Ctrl-C does. Returns the exit
     status and what the build wrote on stderr after the interrupt."""
     process = subprocess.Popen([sys.executable, RUN_PIPELINE, f"--output={output}", *args],
@@ -490,6 +497,7 @@ def interrupt_while_writing(args: list[str], output: str) -> tuple[int, str]:
             process.wait()
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
 def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     sources = write_corpus(str(tmp_path / "sources"))
@@ -512,6 +520,7 @@ def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     assert report["status"] == "failed" and report["failure"] == "interrupted (Ctrl-C)", report
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
     """A source folder its scenario cannot list (here: no .ndjson files) fails the build in one

@@ -1050,6 +1050,7 @@ def stalling(total: int, first: int):
     return route
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
                                                    (signal.SIGINT, 130, "interrupted"),
                                                    (signal.SIGKILL, -9, None)])
@@ -1137,6 +1138,7 @@ def test_two_downloads_where_one_is_inside_the_other_are_a_plan_error():
         plan({"name": "demo", "source_subdir": "demo", "downloads": {"files": files}})
 
 
+@pytest.mark.build
 def test_a_plugins_manifest_with_a_bad_downloads_section_is_one_line(tmp_path):
     plugin = tmp_path / "plugin"
     plugin.mkdir()

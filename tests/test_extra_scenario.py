@@ -15,7 +15,7 @@ import tarfile
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_json, read_jsonl, run
+from conftest import EXTRA_SCENARIO_DIR, builds, read_json, read_jsonl, run
 from test_packaging import SOURCE_TREE, build_sdist, install_in_fresh_venv
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
@@ -29,10 +29,10 @@ CONFIG = "Focus"
 
 
 @pytest.fixture(scope="module")
-def focus_build(tmp_path_factory):
-    root = private_miniature(tmp_path_factory, "focus")
-    output, report = build_once(tmp_path_factory, root, "focus")
-    return root, output, report
+def focus_build(shared_build, miniature_root):
+    """(sources root, output, build.json) of a shared build of the plug-in alone (read only)."""
+    output, report = shared_build(miniature_root, "focus")
+    return miniature_root, output, report
 
 
 def _rows(output: str, split: str = "") -> list[dict]:
@@ -173,6 +173,7 @@ def test_keyword_clashes_are_refused_with_a_clear_error():
         Play(actions={"DEFOG": "defog"})
 
 
+@pytest.mark.build
 def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     """A plug-in whose keyword is inside an upstream one: one clear line, exit 1, no traceback."""
     import subprocess
@@ -203,6 +204,7 @@ def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
         _check(plain=Play(suggestions=("Wave a flag.",)))
 
 
+@pytest.mark.build
 def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
     import subprocess
     import sys
@@ -301,6 +303,7 @@ def _installed_env() -> dict:
 
 
 @pytest.fixture(scope="module")
+@builds
 def installed_module(tmp_path_factory):
     """(python of the installed copy, run_pipeline.py, workdir, sdist members) for a source tree
     whose transforms/ holds the Focus scenario as one module."""
@@ -337,6 +340,7 @@ def _installed(installed_module, *command: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
+@builds
 def module_build(installed_module):
     """The installed copy's build of the module scenario from its miniature (no --sources_root:
     the installed package writes it under the working folder)."""

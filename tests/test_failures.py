@@ -14,6 +14,8 @@ import pytest
 
 from conftest import EXTRA_SCENARIO_DIR, RUNNER
 
+pytestmark = pytest.mark.build  # every test here builds or starts a command of ours
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The test-only Focus scenario, renamed, with a switch in each method that raises on request:

@@ -3,6 +3,8 @@ holds them (integers stay integers through the shards and a re-export) and a con
 written in id order."""
 from __future__ import annotations
 
+import pytest
+
 import io
 import json
 import os
@@ -13,6 +15,8 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from conftest import run, shard_files
+
+pytestmark = pytest.mark.build  # every test here builds or starts a command of ours
 
 COCO = "coco2014"
 

@@ -29,7 +29,7 @@ import sys
 import tarfile
 
 import pytest
-from conftest import shard_files
+from conftest import builds, shard_files
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
@@ -109,11 +109,13 @@ def install_in_fresh_venv(sdist: str, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
+@builds
 def sdist(tmp_path_factory) -> str:
     return build_sdist(SOURCE_TREE, str(tmp_path_factory.mktemp("sdist")))
 
 
 @pytest.fixture(scope="module")
+@builds
 def venv_python(sdist, tmp_path_factory) -> str:
     """A fresh virtual environment with the sdist installed (see the module docstring)."""
     return install_in_fresh_venv(sdist, tmp_path_factory)

@@ -600,6 +600,7 @@ def publish_to_s3(folder: str, url: str, port: int) -> tuple[int, list[str]]:
     return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.build
 def test_a_store_that_dies_mid_publish_is_one_line_and_a_rerun_converges(built, s3_port):
     """The store's connections are cut after half the bytes: one PUBLISH FAILED line, last,
     naming the store and the cause and how to resume; no file under its final name that is not

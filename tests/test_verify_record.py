@@ -177,6 +177,7 @@ def test_fsspec_roots_are_recorded_and_compared():
 # ---- through the build command ---------------------------------------------------------------
 
 
+@pytest.mark.build
 def test_record_needs_verify_sources():
     with pytest.raises(SystemExit, match="--record writes the lock files --verify_sources "
                                          "compares: give both"):

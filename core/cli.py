@@ -276,9 +276,16 @@ class _StoreClientNoise(logging.Filter):
 
 
 def quiet_store_clients() -> None:
+    """Library messages shown once, and only those that say something: asyncio's reports of a
+    store client's failed background tasks left out; huggingface_hub's warnings (a 429 and its
+    retry) printed by its own handler only, not a second time through the root handler Beam
+    installs."""
     logger = logging.getLogger("asyncio")
     if not any(isinstance(f, _StoreClientNoise) for f in logger.filters):
         logger.addFilter(_StoreClientNoise())
+    hub = logging.getLogger("huggingface_hub")
+    if hub.handlers:
+        hub.propagate = False
 
 
 def one_line(text: str) -> str:

@@ -79,6 +79,7 @@ import tempfile
 import zipfile
 
 from proactivebench_builder.core import buildfolder, fileio, phases
+from proactivebench_builder.core.cli import one_line
 from proactivebench_builder.core.layout import (
     CARD, REPORTS_DIR, TEMPORARY_NAME, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
@@ -516,13 +517,14 @@ class HubClient:
                 raise PublishError(f"cannot {what}: the Hub refused the token (HTTP {status}); "
                                    "check HF_TOKEN or `hf auth login`, and that the token may "
                                    "write to this repo") from err
-            raise PublishError(f"cannot {what}: {err}. {RESUME_HINT}") from err
+            raise PublishError(f"cannot {what}: {one_line(str(err))}. {RESUME_HINT}") from err
         except Exception as err:  # connection refused, reset, timeout, DNS: the network
             if not is_network_error(err):
                 raise
             reason = f"{hub_endpoint()} unreachable: {type(err).__name__}: {err}"
             raise HubUnreachable(f"cannot {what}: the Hub at {hub_endpoint()} cannot be reached "
-                                 f"({type(err).__name__}: {err}); check the network (and "
+                                 f"({type(err).__name__}: {one_line(str(err))}); check the "
+                                 "network (and "
                                  f"HF_ENDPOINT if set). {RESUME_HINT}", reason) from err
 
     def head_commit(self, repo_id: str, revision: str | None) -> str | None:

@@ -138,6 +138,15 @@ class FakeHub:
         operations = list(operations)
         if parent_commit is not None and parent_commit != self.sha:
             raise RuntimeError("parent commit is not the head: concurrent push")
+        if self.fail_commit == "500":  # the Hub's server error, its text spread over lines
+            import requests
+
+            response = requests.Response()
+            response.status_code = 500
+            raise huggingface_hub.errors.HfHubHTTPError(
+                "500 Server Error: Internal Server Error for url: https://hub/api/commit\n"
+                "Request ID: abc\n\nInternal Error - We're working hard to fix this",
+                response=response)
         if self.fail_commit:
             raise ConnectionError("connection reset while committing")
         for op in operations:
@@ -438,6 +447,35 @@ def test_resume_after_a_failed_atomic_commit(built, monkeypatch, capsys):
     hub.fail_commit = False
     assert main([built, "--repo_id", REPO]) == 0
     assert {p: b for p, b in hub.files.items() if p != ".gitattributes"} == expected_repo(built)
+
+
+def test_a_hub_error_spread_over_lines_is_one_failed_line_last(built, monkeypatch, capsys):
+    """The client's text of a server error holds newlines: the last line a log keeps is the
+    whole message, opened by PUBLISH FAILED, naming the repo and how to resume."""
+    hub = FakeHub().install(monkeypatch)
+    hub.fail_commit = "500"
+    assert main([built, "--repo_id", REPO]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("PUBLISH FAILED: ") and REPO in lines[-1], lines
+    assert "Internal Error - We're working hard" in lines[-1]
+    assert "Re-run the same command to resume" in lines[-1]
+    assert not any("Request ID" in line for line in lines[:-1]), lines
+
+
+def test_a_hub_warning_is_shown_once(capsys):
+    """huggingface_hub prints its warnings (a 429 and its retry) through a handler of its
+    own; Beam's root handler would print each a second time."""
+    import logging
+
+    import apache_beam  # noqa: F401 - installs the root handler a build process has
+    from proactivebench_builder.core.cli import quiet_store_clients
+
+    quiet_store_clients()
+    huggingface_hub.utils.logging.get_logger("huggingface_hub.utils._http").warning(
+        "HTTP Error 429 thrown while requesting PUT https://hub/api/x")
+    err = capsys.readouterr().err
+    assert err.count("HTTP Error 429") <= 1, err
+    assert logging.getLogger("huggingface_hub").propagate is False
 
 
 def test_missing_repo_needs_create(built, monkeypatch, capsys):

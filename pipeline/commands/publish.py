@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from proactivebench_builder.core import buildfolder, phases
-from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
+from proactivebench_builder.core.cli import (
+    DEBUG_HELP, CommandParser, one_line, positive_int, run_command)
 from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
 from proactivebench_builder.transforms import load_scenarios
@@ -142,7 +143,7 @@ def publish_command(argv: list[str]) -> int:
                 max_commit_files=args.max_commit_files, archive_max_bytes=args.archive_max_bytes,
                 staging_dir=args.staging_dir, check=record_contract)
     except publish.PublishError as err:
-        print(f"PUBLISH FAILED: {err}", file=sys.stderr)
+        print(f"PUBLISH FAILED: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     print(publish.format_plan(plan))
     if args.dry_run:

@@ -47,6 +47,11 @@ def recorded(folder: str | None, scenario: str | None = None):
         line = _scenario_failure(err, scenario)
         if line:
             _write(folder, {"type": "command", "class": "ScenarioCodeError", "message": line})
+        elif fileio.is_store_error(err):  # a remote output's store failed part way
+            _write(folder, {"type": "command", "class": "OutputError", "message": (
+                f"the store failed: {fileio.store_error_text(err)}; nothing it wrote is taken "
+                "for complete (build.json does not say ok); run the same build again once the "
+                "store answers")})
         else:
             _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
         raise

@@ -253,3 +253,43 @@ class StderrAtCalls:
 @pytest.fixture
 def stderr_at_calls(capsys, monkeypatch) -> StderrAtCalls:
     return StderrAtCalls(capsys, monkeypatch)
+
+
+# ---- a real S3 API (moto's server), for remote stores that fail part way --------------------
+
+@pytest.fixture(scope="session")
+def s3_port():
+    """A local S3-compatible server (moto's) holding one bucket."""
+    boto3 = pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        port = server._server.server_port
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                     aws_access_key_id="x", aws_secret_access_key="x").create_bucket(
+            Bucket="bucket")
+        yield port
+    finally:
+        server.stop()
+
+
+def s3_objects(port: int, prefix: str) -> dict[str, bytes]:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    found = {}
+    for item in s3.list_objects_v2(Bucket="bucket", Prefix=prefix).get("Contents", []):
+        found[item["Key"][len(prefix):]] = s3.get_object(Bucket="bucket",
+                                                         Key=item["Key"])["Body"].read()
+    return found
+
+
+def s3_environment(port: int) -> dict:
+    """The environment of a command of ours that reads and writes s3:// through the endpoint at
+    `port`, with the S3 client's retries at one attempt (a dead endpoint then fails at once)."""
+    return dict(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
+                AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="1",
+                AWS_RETRY_MODE="standard")

@@ -44,12 +44,16 @@ class BrokenLadder(FrameLadder):
 def broken_plugin(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("plugin")
     source = open(os.path.join(EXTRA_SCENARIO_DIR, "focus_scenario.py")).read()
-    source = source.replace('name = "focus"', 'name = "broken"').replace(
-        'config_name = "Focus"', 'config_name = "Broken"').replace(
-        "class Focus(Scenario)", "class Broken(Scenario)").replace(
-        "from proactivebench_builder.core.play import Play",
-        "from proactivebench_builder.core.play import FrameLadder, Play").replace(
-        "frame_path=unpadded_path)", "frame_path=unpadded_path, behaviour=BrokenLadder)")
+    for old, new in [('name = "focus"', 'name = "broken"'),
+                     ('config_name = "Focus"', 'config_name = "Broken"'),
+                     ("class Focus(Scenario)", "class Broken(Scenario)"),
+                     ("from proactivebench_builder.transforms.api import (",
+                      "from proactivebench_builder.core.play import FrameLadder\n"
+                      "from proactivebench_builder.transforms.api import ("),
+                     ("frame_path=unpadded_path)",
+                      "frame_path=unpadded_path, behaviour=BrokenLadder)")]:
+        assert old in source, old  # the test scenario changed under this test
+        source = source.replace(old, new)
     for line, (method, indent) in SWITCHES.items():
         assert line in source, line
         pad = " " * indent
@@ -111,7 +115,8 @@ def test_a_plugin_method_that_raises_fails_the_build_in_one_line(broken_plugin, 
 def test_a_play_rule_that_raises_fails_validate_in_one_line(broken_plugin, broken_build,
                                                             tmp_path):
     status, lines = command(broken_plugin, tmp_path, [
-        os.path.join(REPO, "run_pipeline.py"), "validate", broken_build], "record_problems")
+        os.path.join(REPO, "run_pipeline.py"), "validate", "--no_progress", broken_build],
+        "record_problems")
     assert status == 2
     assert_names_the_plugin(lines, "record_problems")
 
@@ -122,3 +127,46 @@ def test_a_move_that_raises_fails_evaluate_in_one_line(broken_plugin, broken_bui
         "oracle", "--results", str(tmp_path / "r.jsonl"), "--no_progress"], "next_image")
     assert status == 2
     assert_names_the_plugin(lines, "next_image")
+
+
+# ---- a remote output's store that fails part way -----------------------------------------------
+
+def build_to_s3(tmp_path, url: str, port: int) -> tuple[int, list[str]]:
+    from conftest import s3_environment
+
+    env = dict(os.environ, **s3_environment(port))
+    done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER,
+                           "--no_progress", "--direct_num_workers=1", "--scenarios=quickdraw",
+                           "--no_train", f"--output={url}"], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=str(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.returncode, [line for line in done.stderr.splitlines()
+                             if line.strip() and " INFO " not in line]
+
+
+def test_a_store_that_dies_mid_build_is_one_line_and_a_rerun_converges(s3_port, tmp_path):
+    """The output is s3:// and its store's connections are cut part way: one BUILD FAILED line,
+    last (what could not be recorded or removed said before it, in one warning line each); the
+    folder is not taken for complete; once the store answers, the same build converges to an
+    uninterrupted build's shards and leaves no temporary object."""
+    from conftest import s3_objects
+    from relay import Relay
+
+    assert build_to_s3(tmp_path, "s3://bucket/whole-build", s3_port)[0] == 0
+    whole = s3_objects(s3_port, "whole-build/")
+    relay = Relay(s3_port, budget=sum(len(b) for b in whole.values()) // 2)
+    try:
+        status, lines = build_to_s3(tmp_path, "s3://bucket/cut-build", relay.port)
+        assert status == 1 and lines[-1].startswith("BUILD FAILED: "), lines
+        assert "the store failed: " in lines[-1] and "run the same build again" in lines[-1]
+        assert all(" WARNING " in line for line in lines[:-1]), lines
+        report = s3_objects(s3_port, "cut-build/").get("reports/build.json")
+        assert report is None or json.loads(report)["status"] != "ok"
+        relay.revive()
+        assert build_to_s3(tmp_path, "s3://bucket/cut-build", relay.port)[0] == 0
+    finally:
+        relay.close()
+    cut = s3_objects(s3_port, "cut-build/")
+    assert not [k for k in cut if os.path.basename(k).startswith(".tmp-")]
+    shards = {k: v for k, v in whole.items() if k.endswith(".parquet")}
+    assert {k: v for k, v in cut.items() if k.endswith(".parquet")} == shards

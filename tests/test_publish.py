@@ -27,7 +27,7 @@ from proactivebench_builder.pipeline import publish  # noqa: E402
 from proactivebench_builder.pipeline.commands import publish as publish_command  # noqa: E402
 from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
-from conftest import file_bytes, file_text, read_json
+from conftest import file_bytes, file_text, read_json, s3_environment, s3_objects
 
 REPO = "someone/proactivebench-test"
 
@@ -590,45 +590,13 @@ def test_a_hub_publish_says_each_phase_before_its_call(built, monkeypatch, stder
 
 # ---- a remote store (S3, served by moto) that fails mid-publish ------------------------------
 
-@pytest.fixture(scope="module")
-def s3_port():
-    """A local S3-compatible server (moto's) holding one bucket."""
-    boto3 = pytest.importorskip("boto3")
-    server_module = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        port = server._server.server_port
-        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                     aws_access_key_id="x", aws_secret_access_key="x").create_bucket(
-            Bucket="bucket")
-        yield port
-    finally:
-        server.stop()
-
-
-def s3_objects(port: int, prefix: str) -> dict[str, bytes]:
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                      aws_access_key_id="x", aws_secret_access_key="x")
-    found = {}
-    for item in s3.list_objects_v2(Bucket="bucket", Prefix=prefix).get("Contents", []):
-        found[item["Key"][len(prefix):]] = s3.get_object(Bucket="bucket",
-                                                         Key=item["Key"])["Body"].read()
-    return found
-
-
 def publish_to_s3(folder: str, url: str, port: int) -> tuple[int, list[str]]:
     """`publish FOLDER --to URL` in a process of its own, through the endpoint at `port`, with
     the S3 client's retries at one attempt (a dead endpoint then fails at once)."""
     import subprocess
     import sys
 
-    env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
-               AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="1",
-               AWS_RETRY_MODE="standard")
+    env = dict(os.environ, **s3_environment(port))
     run_pipeline = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "run_pipeline.py")
     done = subprocess.run([sys.executable, run_pipeline, "publish", folder, "--to", url,

@@ -262,7 +262,7 @@ def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
     (copy / "rod_2.tar.gz").write_bytes(tar_gz(bad))
     cut = tar_gz([(f"natural_bluebl_greenr-pillow-s{i}.jpg", _jpeg(index=i)) for i in range(14)])
     (copy / "rod_3.tar.gz").write_bytes(cut[: len(cut) * 2 // 3])       # archive cut short
-    output = str(root / "out")
+    output = str(tmp_path_factory.mktemp("built") / "out")  # apart from the sources
     report = run(output, str(root), "rod", "--max_bad_fraction=1")
     dead = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
     return output, report, dead

@@ -235,7 +235,7 @@ def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
                "seg_0002,number_of_people,Three,x,\n"     # 18: malformed pin
                "seg_0002,event,Concert,,99\n")            # 19: pinned frame out of range
     (copy / PARAMS["labels_file"]).write_text(labels)
-    output = str(root / "out")
+    output = str(tmp_path_factory.mktemp("built") / "out")  # apart from the sources
     report = run(output, str(root), "vsod", "--max_bad_fraction=1")
     return output, report, read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
 

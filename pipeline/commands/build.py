@@ -23,7 +23,8 @@ from apache_beam.options.pipeline_options import (
 from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
-from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError, UsageError
+from proactivebench_builder.core.errors import (
+    BuildFailed, CommandError, OutputError, SourceError, UsageError)
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
@@ -136,15 +137,31 @@ def build_in_folder(options, opts, argv: list[str], config: BuildConfig) -> dict
             except BaseException as err:
                 try:
                     buildfolder.mark_finished(output, failure_reason(err))
-                except OSError:  # e.g. the disk is full: build.json still says "building"
-                    LOG.warning("could not record the failure in %s", output)
+                except Exception as mark_err:  # noqa: BLE001 - a full disk, a store that
+                    if not fileio.is_store_error(mark_err):  # does not answer; else a bug
+                        raise
+                    LOG.warning("could not record the failure in %s (%s): its build.json "
+                                "still says building", output, fileio.store_error_text(mark_err))
                 raise
             report.update(buildfolder.mark_finished(output, None))
     except OSError as err:
-        if not err.errno:
+        if err.errno:
+            raise OutputError.of(err) from err  # a full disk, permissions: one line, exit 1
+        if fileio.is_local(output):
             raise
-        raise OutputError.of(err) from err  # a full disk, permissions: one line, exit 1
+        raise _store_failed(output, err) from err
+    except CommandError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the launcher's own reads and writes of a remote
+        if fileio.is_local(output) or not fileio.is_store_error(err):  # output; else a bug
+            raise
+        raise _store_failed(output, err) from err
     return report
+
+
+def _store_failed(output: str, err: BaseException) -> OutputError:
+    return OutputError(f"{output}: the store failed: {fileio.store_error_text(err)}; run the "
+                       "same build again")
 
 
 def failure_reason(err: BaseException) -> str:

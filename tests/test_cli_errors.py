@@ -130,6 +130,55 @@ def test_typos_exit_2_in_every_command_as_a_user_runs_them(tmp_path):
 def test_unknown_subcommand_names_the_closest(capsys):
     line = refused(capsys, lambda: build.main(["valdate", "DIR"]))
     assert "unknown subcommand 'valdate'; did you mean validate?" in line
+    line = refused(capsys, lambda: runtime_cli.main(["evalute", "--data", "DIR"]))
+    assert line == ("python -m proactivebench_builder.runtime: error: unknown subcommand "
+                    "'evalute'; did you mean evaluate? (subcommands: evaluate)")
+
+
+def test_a_registered_subcommand_is_listed_parsed_and_run(capsys, monkeypatch):
+    """All a new module in pipeline/commands/ does to become a subcommand: register itself
+    (nothing else is edited); its flags are checked as every command's are, and a refusal while
+    it runs is its own one line."""
+    from proactivebench_builder.core.errors import UsageError
+    from proactivebench_builder.pipeline import commands
+
+    monkeypatch.setattr(commands, "_REGISTERED", dict(commands._REGISTERED))
+    greeted = []
+
+    def declare(parser):
+        parser.add_argument("--greeting_text", required=True)
+
+    def greet(args):
+        if args.greeting_text == "boo":
+            raise UsageError("--greeting_text: not a greeting")
+        greeted.append(args.greeting_text)
+        return 0
+
+    commands.subcommand("hello", "say hello", "Says hello.", declare, greet)
+    assert build.main(["hello", "--greeting-text", "hi"]) == 0 and greeted == ["hi"]
+    assert "say hello" in help_text(capsys, build.main, ["--help"])
+    assert "Says hello." in help_text(capsys, build.main, ["hello", "--help"])
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_txt", "x"])).startswith(
+        "run_pipeline.py hello: error: unknown flag --greeting_txt; did you mean "
+        "--greeting_text?")
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_text", "a",
+                                               "--greeting_text", "b"])) == (
+        "run_pipeline.py hello: error: --greeting_text given 2 times; it takes one value "
+        "(give it once)")
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_text", "boo"])) == (
+        "run_pipeline.py hello: error: --greeting_text: not a greeting")
+    assert "did you mean hello?" in refused(capsys, lambda: build.main(["helo"]))
+    assert greeted == ["hi"]
+
+
+def test_the_build_flags_do_not_reach_a_subcommand(capsys):
+    """run_pipeline.py's parser declares the build's flags (for --help): a subcommand's words
+    are still its own parser's to check (inspect has a --seed of its own; validate has none)."""
+    assert refused(capsys, lambda: build.main(["inspect", "DIR", "--seed", "1", "--seed",
+                                               "2"])).startswith(
+        "run_pipeline.py inspect: error: --seed given 2 times")
+    assert refused(capsys, lambda: build.main(["validate", "DIR", "--seed", "1"])).startswith(
+        "run_pipeline.py validate: error: unknown flag --seed")
 
 
 def test_a_flag_that_is_only_a_prefix_is_not_guessed(capsys):
@@ -258,12 +307,13 @@ def test_every_option_beam_knows_is_accepted(capsys):
     """The check is exactly Beam's list: no flag of any PipelineOptions subclass is called
     unknown (a value this test makes up may still be refused, as Beam would refuse it)."""
     parser = beam_flags.beam_flags_parser(["--runner=DaskRunner"])
-    flags = [f for f in parser._option_string_actions if f.startswith("--")]
+    flags = [f for f in parser.flag_actions if f.startswith("--")]
     assert {"--runner", "--direct_running_mode", "--temp_location", "--project", "--region",
-            "--setup_file", "--dask_client_address", "--sources_root"} <= set(flags)
+            "--setup_file", "--dask_client_address", "--sources_root",
+            "--dask_npartitions"} <= set(flags)   # (the last: in a mutually exclusive group)
     for flag in flags:
         try:
-            parser.parse_args([f"{flag}=1"] if parser._option_string_actions[flag].nargs != 0
+            parser.parse_args([f"{flag}=1"] if parser.flag_actions[flag].nargs != 0
                               else [flag])
         except SystemExit:
             assert "unknown flag" not in capsys.readouterr().err
@@ -405,6 +455,21 @@ def test_debug_shows_the_traceback_of_a_refusal(capsys):
     assert "Traceback (most recent call last)" in err
     assert err.rstrip().splitlines()[-1].startswith(
         "run_pipeline.py: error: --scenarios: unknown scenario 'nope'")
+
+
+def test_flags_declared_in_groups_are_checked_as_the_parser_s_own(capsys):
+    parser = CommandParser(prog="x")
+    parser.add_argument_group("some").add_argument("--in_group")
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument("--one_way")
+    either.add_argument("--other_way", action="store_true")
+    args = parser.parse_args(["--in-group", "a", "--one-way=b"])
+    assert (args.in_group, args.one_way, args.other_way) == ("a", "b", False)
+    for argv, message in ((["--in_group", "a", "--in-group", "b"], "--in_group given 2 times"),
+                          (["--one_wy", "b"], "unknown flag --one_wy; did you mean --one_way?")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        assert message in capsys.readouterr().err
 
 
 def test_spelling_is_normalised_only_for_flags():

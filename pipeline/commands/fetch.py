@@ -41,8 +41,7 @@ from tqdm import tqdm
 
 from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
-    unknown_name)
+    DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, unknown_name)
 from proactivebench_builder.core.download import STATE_DIR, Downloader, fetch_record, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.pipeline import fetch_sizes
@@ -68,9 +67,7 @@ class FetchLocked(CommandError):
     prefix = None
 
 
-def parser() -> CommandParser:
-    p = CommandParser(prog=PROG, description=__doc__,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(p: CommandParser) -> None:
     p.add_argument("--sources_root", required=True, metavar="DIR",
                    help="local folder receiving one folder per source (created if missing); "
                         "the build's --sources_root afterwards")
@@ -106,7 +103,6 @@ def parser() -> CommandParser:
                    help="list what would be fetched and print the manual steps; no network")
     phases.add_flags(p, "the progress bar")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    return p
 
 
 def _non_negative_float(text: str) -> float:
@@ -117,11 +113,6 @@ def _non_negative_float(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
-
-
-@subcommand("fetch", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, fetch_command, argv)
 
 
 # ---- checks before any work ------------------------------------------------------------------
@@ -225,8 +216,7 @@ def check_space(jobs: list, root: str, approx: dict) -> None:
 # ---- the command -----------------------------------------------------------------------------
 
 
-def fetch_command(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def fetch_command(args: argparse.Namespace) -> int:
     check_mirror(args.mirror)
     plans = chosen(load_plans(), args.scenarios)
     root, folders = folders_of(args, plans)
@@ -492,3 +482,7 @@ def dry_run(plans, folders, chosen_files, root, mirror) -> int:
     print("\n".join(fetch_sizes.summary(listed)))
     print_manual_steps(plans, folders, root, {})
     return 0
+
+
+FETCH = subcommand("fetch", HELP, __doc__, declare_flags, fetch_command)
+main, parser = FETCH.main, FETCH.parser

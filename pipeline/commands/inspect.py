@@ -40,7 +40,7 @@ from PIL import Image, ImageDraw
 from proactivebench_builder.core import buildfolder, fileio, phases, vocabulary
 from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
+    DEBUG_HELP, CommandParser, int_at_least, positive_int)
 from proactivebench_builder.core.layout import PLOTS_DIR, TEST, UNFILTERED, split_folder
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
@@ -440,14 +440,7 @@ def config_section(root: str, out: str, folders: dict, config: str, per_scenario
 PROG = "run_pipeline.py inspect"
 
 
-@subcommand("inspect", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, inspect_command, argv)
-
-
-def inspect_command(argv: list[str]) -> int:
-    parser = CommandParser(prog=PROG, description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(parser: CommandParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="a built folder")
     parser.add_argument("--out", help="where to write the sheets and index.html "
                         "(default: DIR/inspect)")
@@ -464,7 +457,9 @@ def inspect_command(argv: list[str]) -> int:
                         "damaged) anyway, saying so")
     phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    args = parser.parse_args(argv)
+
+
+def inspect_command(args: argparse.Namespace) -> int:
     load_scenarios()  # an unusable scenario path is refused before any work
     with phases.showing(phases.mode_for(args.progress), PROG):
         return inspect_checked(args)
@@ -494,6 +489,10 @@ def inspect_checked(args) -> int:
                              args.max_frames, warning)
     print(f"wrote {len(written) - 1} contact sheets and {written[-1]}")
     return 0
+
+
+INSPECT = subcommand("inspect", HELP, __doc__, declare_flags, inspect_command)
+main = INSPECT.main
 
 
 if __name__ == "__main__":

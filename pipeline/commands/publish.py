@@ -14,8 +14,7 @@ import argparse
 import sys
 
 from proactivebench_builder.core import buildfolder, phases
-from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, one_line, positive_int, run_command)
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, one_line, positive_int
 from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
 from proactivebench_builder.transforms import load_scenarios
@@ -26,9 +25,7 @@ HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec 
 PROG = "run_pipeline.py publish"
 
 
-def parser() -> CommandParser:
-    p = CommandParser(prog=PROG, description=__doc__,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(p: CommandParser) -> None:
     p.add_argument("folder", help="the built output folder (run_pipeline.py --output DIR)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--repo_id", help="Hub dataset repo to publish to, e.g. me/ProactiveBench")
@@ -70,7 +67,6 @@ def parser() -> CommandParser:
                         "--repo_id")
     phases.add_flags(p)
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    return p
 
 
 def target_of(args: argparse.Namespace):
@@ -87,11 +83,6 @@ def target_of(args: argparse.Namespace):
     if args.create or args.private or args.revision:
         raise publish.PublishError("--create, --private and --revision apply to --repo_id only")
     return publish.FsspecTarget(args.to)
-
-
-@subcommand("publish", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, publish_command, argv)
 
 
 def record_contract(folder: str) -> list[str]:
@@ -129,8 +120,7 @@ def check_stand_ins(args) -> None:
           file=sys.stderr)
 
 
-def publish_command(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def publish_command(args: argparse.Namespace) -> int:
     load_scenarios()  # an unusable scenario path is refused before any work
     try:
         check_stand_ins(args)
@@ -151,3 +141,7 @@ def publish_command(argv: list[str]) -> int:
     elif not plan.empty:
         print(f"published to {plan.target}")
     return 0
+
+
+PUBLISH = subcommand("publish", HELP, __doc__, declare_flags, publish_command)
+main, parser = PUBLISH.main, PUBLISH.parser

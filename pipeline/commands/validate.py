@@ -40,7 +40,7 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 
 from proactivebench_builder.core import buildfolder, contract, fileio, phases
-from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
@@ -400,20 +400,15 @@ def validate_folder(path: str, decode_frames: bool = True, check_status: bool = 
 PROG = "run_pipeline.py validate"
 
 
-@subcommand("validate", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, validate_command, argv)
-
-
-def validate_command(argv: list[str]) -> int:
-    parser = CommandParser(prog=PROG, description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(parser: CommandParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="a built folder (local path or fsspec URL)")
     parser.add_argument("--skip_frames", action="store_true",
                         help="do not read or decode the frames (faster; checks metadata only)")
     phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    args = parser.parse_args(argv)
+
+
+def validate_command(args: argparse.Namespace) -> int:
     load_scenarios()  # an unusable scenario path is refused before any work
     validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
     with phases.showing(phases.mode_for(args.progress), PROG):
@@ -435,6 +430,10 @@ def validate_command(argv: list[str]) -> int:
         print(f"... and {len(problems) - MAX_PRINTED} more")
     print(f"FAILED: {len(problems)} problems in {args.dir} ({rows} rows read)", file=sys.stderr)
     return 1
+
+
+VALIDATE = subcommand("validate", HELP, __doc__, declare_flags, validate_command)
+main = VALIDATE.main
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ import shutil
 
 import pytest
 
-from proactivebench_builder.core import source_lock
-from proactivebench_builder.core.download import STATE_DIR
+from proactivebench_builder.fetch import source_lock
+from proactivebench_builder.fetch.download import STATE_DIR
 from proactivebench_builder.pipeline.commands.build import run_build
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 
 from conftest import RUNNER, run
 

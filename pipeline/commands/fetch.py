@@ -43,13 +43,13 @@ from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
     unknown_name)
-from proactivebench_builder.core.download import STATE_DIR, Downloader, fetch_record, mirrored
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, fetch_record, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
-from proactivebench_builder.pipeline import fetch_sizes
+from proactivebench_builder.fetch import sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.output_folder import check_can_write
 from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
-from proactivebench_builder.pipeline.fetch_plan import (
+from proactivebench_builder.fetch.plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.pipeline.progress import enabled

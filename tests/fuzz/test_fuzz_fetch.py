@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 
 from fuzz_budget import EXAMPLES, FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
-from proactivebench_builder.core import download, extract as extraction, source_lock
-from proactivebench_builder.core.download import Downloader, FileSpec
-from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
+from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch.download import Downloader, FileSpec
+from proactivebench_builder.fetch.plan import PlanError, plan
 
 MEMORY_LIMIT = 64 << 20  # bytes a single example may allocate at its peak
 

@@ -20,7 +20,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from proactivebench_builder.core.download import (
+from proactivebench_builder.fetch.download import (
     destination_paths, matches_pins, recorded_size, verified_before)
 from proactivebench_builder.core.phases import human_size
 

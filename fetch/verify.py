@@ -39,9 +39,10 @@ import os
 import re
 import stat
 
-from proactivebench_builder.core import fileio, phases, source_lock
-from proactivebench_builder.core.download import file_kind
-from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
+from proactivebench_builder.core import fileio, phases
+from proactivebench_builder.fetch import source_lock
+from proactivebench_builder.fetch.download import file_kind
+from proactivebench_builder.fetch.plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")

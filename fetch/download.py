@@ -72,7 +72,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from proactivebench_builder.core import extract as extraction
+from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.phases import human_size
 

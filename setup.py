@@ -6,7 +6,7 @@ import os
 from setuptools import setup
 
 NAMESPACE = "proactivebench_builder"
-FOLDERS = ("core", "pipeline", "transforms", "filters", "source_manifests", "runtime")
+FOLDERS = ("core", "fetch", "pipeline", "transforms", "filters", "source_manifests", "runtime")
 # one folder per scenario under transforms/ (each a package)
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO_FOLDERS = sorted(entry.name for entry in os.scandir(os.path.join(HERE, "transforms"))
@@ -33,7 +33,7 @@ setup(
         "fsspec>=2024.6",
         "pyyaml>=6",
         "tqdm>=4.66",               # the build's progress display on a terminal
-        "requests>=2.31",           # fetch's downloads (core/download.py); Beam requires it too
+        "requests>=2.31",           # fetch's downloads (fetch/download.py); Beam requires it too
         "filelock>=4.3",            # one build per output folder (its on_acquired holder record)
     ],
     extras_require={

@@ -36,6 +36,12 @@ MOVED = {
     "pipeline.inspect_command": "pipeline.commands.inspect",
     "pipeline.publish_command": "pipeline.commands.publish",
     "pipeline.validate_command": "pipeline.commands.validate",
+    "core.download": "fetch.download",
+    "core.extract": "fetch.extract",
+    "core.source_lock": "fetch.source_lock",
+    "pipeline.fetch_plan": "fetch.plan",
+    "pipeline.fetch_sizes": "fetch.sizes",
+    "pipeline.verify_sources": "fetch.verify",
 }
 # the old homes a scenario imported from: their message names the scenario author's API too
 SCENARIO_FACING = ("pipeline.fileio", "pipeline.images", "pipeline.manifests", "pipeline.results",

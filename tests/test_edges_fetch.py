@@ -32,12 +32,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.core import download, extract as extraction, source_lock
-from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
-from proactivebench_builder.pipeline import fetch_plan, fetch_sizes
+from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
+from proactivebench_builder.fetch import plan as fetch_plan, sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import fetch
-from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.plan import PlanError, plan
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BODY = bytes(range(256)) * 64  # 16 kB, every byte value
@@ -1032,7 +1032,7 @@ def test_a_full_disk_is_one_line_and_nothing_partial_under_a_final_name(
 CHILD = textwrap.dedent("""
     import json, sys
     from proactivebench_builder.pipeline.commands import fetch
-    from proactivebench_builder.pipeline.fetch_plan import plan
+    from proactivebench_builder.fetch.plan import plan
     source_plan = plan(json.loads(sys.argv[1]))
     fetch.load_plans = lambda names=None: {"demo": source_plan}
     sys.exit(fetch.main(sys.argv[2:]))

@@ -292,8 +292,8 @@ def test_validate_without_the_plugin_names_the_missing_scenario_once(focus_build
 # (tests/test_packaging.py's sdist -> wheel -> fresh environment): no PROACTIVEBENCH_SCENARIO_PATH,
 # no file left in the source tree, and the scenario reaches the installed copy through setup.py.
 
-TREE_FILES = ("setup.py", "pyproject.toml", "run_pipeline.py", "core", "pipeline", "transforms",
-              "filters", "source_manifests", "runtime")
+TREE_FILES = ("setup.py", "pyproject.toml", "run_pipeline.py", "core", "fetch", "pipeline",
+              "transforms", "filters", "source_manifests", "runtime")
 PACKAGE_MODULE = "proactivebench_builder.transforms.focus"
 
 

@@ -1,4 +1,4 @@
-"""`run_pipeline.py fetch` (pipeline/commands/fetch.py, core/download.py, core/extract.py)
+"""`run_pipeline.py fetch` (pipeline/commands/fetch.py, fetch/download.py, fetch/extract.py)
 against a local HTTP server: the bundled miniature sources, written by the scenarios, packed
 and laid out as the real download URLs are (https://HOST/PATH served at
 http://127.0.0.1:PORT/HOST/PATH, fetched with --mirror), with the manifests' pins replaced by
@@ -21,10 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.core import extract as extraction
-from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.pipeline.commands import fetch
-from proactivebench_builder.pipeline.fetch_plan import (
+from proactivebench_builder.fetch.plan import (
     SOURCES_ROOT_PLACEHOLDER, PlanError, plan)
 from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.transforms import manifest_of
@@ -353,7 +353,7 @@ def test_remove_archives_keeps_a_rerun_from_downloading_them(tmp_path, server, p
 def test_extracting_and_verifying_a_copy_in_place_are_said_before_they_start(
         tmp_path, server, plans, stderr_at_calls):
     """The long steps that receive nothing, one line each on stderr (unless --no_progress)."""
-    from proactivebench_builder.core import download
+    from proactivebench_builder.fetch import download
 
     root = str(tmp_path / "sources")
     args = [f"--sources_root={root}", f"--mirror={server.url}", "--retry_wait=0",

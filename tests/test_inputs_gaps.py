@@ -389,7 +389,7 @@ def test_fetch_downloads_through_the_proxy_the_environment_names(monkeypatch, tm
     same way whatever carried them."""
     import hashlib
 
-    from proactivebench_builder.core.download import Downloader, FileSpec
+    from proactivebench_builder.fetch.download import Downloader, FileSpec
 
     body = bytes(range(256)) * 16
     proxy = _Proxy(body)

@@ -2,7 +2,8 @@
 inside functions included), and a scenario's knowledge in its own folder only.
 
     core  <-  transforms (scenarios)  <-  filters  <-  pipeline (the Beam graph)  <-  commands
-      ^              ^
+      ^              ^                                                                   |
+      |              +-------------------- fetch (getting and checking the sources)  <---+
       +-- runtime ---+           (the runtime reads the core and the scenarios' declarations)
 
 Nothing is run: the product code is parsed (`ast`), as a reader would read it.
@@ -20,7 +21,7 @@ from proactivebench_builder.transforms import load_scenarios
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "proactivebench_builder"
-PRODUCT = ("core", "transforms", "filters", "pipeline", "runtime", "source_manifests")
+PRODUCT = ("core", "transforms", "filters", "pipeline", "runtime", "source_manifests", "fetch")
 
 # What each layer may import of ours (a module's own package is always allowed).
 MAY_IMPORT = {
@@ -28,7 +29,9 @@ MAY_IMPORT = {
     "transforms": {"core", "transforms"},
     "filters": {"core", "filters"},
     "pipeline": {"core", "transforms", "filters", "pipeline"},
-    "commands": {"core", "transforms", "filters", "pipeline", "commands"},
+    # fetch reads the scenarios' manifests (their downloads: and pins), never the Beam graph
+    "fetch": {"core", "transforms", "fetch"},
+    "commands": {"core", "transforms", "filters", "pipeline", "fetch", "commands"},
     "runtime": {"core", "transforms", "runtime"},
     "source_manifests": set(),
 }

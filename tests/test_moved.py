@@ -52,7 +52,7 @@ def test_the_finder_hides_nothing_that_exists():
     with pytest.raises(ModuleNotFoundError, match="No module named"):
         importlib.import_module(f"{NAMESPACE}.pipeline.no_such_module")
     product = {os.path.relpath(os.path.join(folder, name), REPO)[:-3].replace(os.sep, ".")
-               for top in ("core", "pipeline", "transforms", "filters", "runtime")
+               for top in ("core", "fetch", "pipeline", "transforms", "filters", "runtime")
                for folder, _, names in os.walk(os.path.join(REPO, top))
                for name in names if name.endswith(".py")}
     assert not product & set(MOVED), "a module that exists is listed as moved"

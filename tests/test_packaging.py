@@ -32,7 +32,8 @@ import pytest
 from conftest import builds, shard_files
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
+PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core",
+                   "fetch")
 DATA_SUFFIXES = (".yaml", ".json")
 
 # Runs inside the new environment: proves where the code comes from, then builds.

@@ -1,4 +1,4 @@
-"""Source verification (`pipeline/verify_sources.py`): manifests pin file counts and sha256 of
+"""Source verification (`fetch/verify.py`): manifests pin file counts and sha256 of
 archives and annotation files; every mismatch is reported, none stops the check early."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.pipeline.verify_sources import count_files, verify_sources
+from proactivebench_builder.fetch.verify import count_files, verify_sources
 from proactivebench_builder.transforms import load_scenarios
 
 
@@ -48,8 +48,9 @@ def test_matching_pins_report_nothing(source):
 
 def test_each_source_folder_is_said_before_it_is_verified_or_recorded(source, tmp_path,
                                                                        monkeypatch):
-    from proactivebench_builder.core import phases, source_lock
-    from proactivebench_builder.pipeline import verify_sources as verifying
+    from proactivebench_builder.core import phases
+    from proactivebench_builder.fetch import source_lock
+    from proactivebench_builder.fetch import verify as verifying
 
     said, at_call = [], []  # the lines said, and the last one at each call of the work
 

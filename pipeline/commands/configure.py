@@ -33,7 +33,7 @@ from proactivebench_builder.pipeline.import_check import (
 from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, config_aliases, load_scenarios, manifest_of)
 

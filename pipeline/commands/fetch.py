@@ -2,12 +2,12 @@
 
 Downloads every source that has a public direct URL into DIR/<source_subdir>, in the layout the
 build reads (each manifest's `downloads:` section says what, from where, with which published
-size and digests; `pipeline/fetch_plan.py` describes it), and prints the exact steps for what
+size and digests; `fetch/plan.py` describes it), and prints the exact steps for what
 cannot be fetched (Google Drive archives, YouTube videos). The work is done by
-`core/download.py`: parallel (`--jobs`), resumable (an interrupted file continues with an HTTP
+`fetch/download.py`: parallel (`--jobs`), resumable (an interrupted file continues with an HTTP
 Range request, in this run's retries or the next run), verified (size and digests where known,
 else what the server declares), idempotent (a verified file is skipped), with a progress bar
-on a terminal. Archives the build reads unpacked are extracted safely (`core/extract.py`).
+on a terminal. Archives the build reads unpacked are extracted safely (`fetch/extract.py`).
 
 Each failed file is one line on stderr; the others go on. Exit status: 0 when every file is in
 place and verified, 1 when any failed (run again: finished files are skipped and partial ones
@@ -42,13 +42,13 @@ from tqdm import tqdm
 from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, unknown_name)
-from proactivebench_builder.core.download import STATE_DIR, Downloader, fetch_record, mirrored
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, fetch_record, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
-from proactivebench_builder.pipeline import fetch_sizes
+from proactivebench_builder.fetch import sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.output_folder import check_can_write
 from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
-from proactivebench_builder.pipeline.fetch_plan import (
+from proactivebench_builder.fetch.plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
 from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.pipeline.progress import enabled
@@ -466,7 +466,7 @@ def next_steps(plans: dict, root: str) -> str:
 
 
 def dry_run(plans, folders, chosen_files, root, mirror) -> int:
-    """Every file with where it stands and every size known offline (pipeline/fetch_sizes.py),
+    """Every file with where it stands and every size known offline (fetch/sizes.py),
     the total of the known sizes and why the others are unknown, then the manual steps."""
     records = {}  # source folder -> fetch's record in it
     listed = []

@@ -24,7 +24,7 @@ Choices:
 Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
 - the sizes the manifest's `downloads:` section publishes are checked for the files present
   (an archive removed after its extraction is not a problem);
-- a lock file (`core/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
+- a lock file (`fetch/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
   path, size and sha256 of every file) is compared when present: every file missing, added,
   resized or changed since it was recorded is a mismatch. `record_sources` writes it
   (`--verify_sources --record`) only when every chosen folder meets every pin above (so a
@@ -39,9 +39,10 @@ import os
 import re
 import stat
 
-from proactivebench_builder.core import fileio, phases, source_lock
-from proactivebench_builder.core.download import file_kind
-from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
+from proactivebench_builder.core import fileio, phases
+from proactivebench_builder.fetch import source_lock
+from proactivebench_builder.fetch.download import file_kind
+from proactivebench_builder.fetch.plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")

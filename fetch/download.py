@@ -2,7 +2,7 @@
 
 One `FileSpec` names a URL, where its file goes (relative to a folder), what is known of it
 (`size`, `md5`, `sha256`: the publishers' pins) and, for an archive the reader needs unpacked,
-how to extract it (`core/extract.py`). `Downloader.fetch_all` fetches a list of them on a thread
+how to extract it (`fetch/extract.py`). `Downloader.fetch_all` fetches a list of them on a thread
 pool and returns one `Outcome` per file; one file's failure never stops the others, and its
 message is one line.
 
@@ -72,7 +72,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from proactivebench_builder.core import extract as extraction
+from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.phases import human_size
 

@@ -44,10 +44,10 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from proactivebench_builder.core import extract as extraction
-from proactivebench_builder.core.download import (
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.download import (
     MD5_PATTERN, SHA256_PATTERN, STATE_DIR, ExtractSpec, FileSpec)
-from proactivebench_builder.core.source_lock import LOCK_NAME
+from proactivebench_builder.fetch.source_lock import LOCK_NAME
 
 SOURCES_ROOT_PLACEHOLDER = "<sources_root>"
 FILE_KEYS = {"url", "path", "size", "approx_size", "unknown_size", "md5", "sha256", "pins_from",

@@ -223,6 +223,35 @@ def test_publish_to_a_folder_loads_back_the_same_rows(built, tmp_path):
     assert not [p for p in os.listdir(target) if p.startswith(".tmp-")]
 
 
+def test_a_second_publish_into_the_same_folder_is_refused_in_one_line(built, tmp_path, capsys):
+    """Two publishes into one folder at once would each take the other's temporary files for
+    leftovers: the second is refused before it reads the folder (exit 3, naming the first);
+    once the first ends, its lock is gone and the folder holds only what a publish writes."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "published"
+    target.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from proactivebench_builder.core.locks import "
+         "ExclusiveLock; lock = ExclusiveLock(sys.argv[1], 'x').__enter__(); print('held', "
+         "flush=True); time.sleep(60)", str(target / publish.TARGET_LOCK)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main([built, "--to", str(target)]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("PUBLISH FAILED: ") and "another publish: pid" in err[-1]
+        assert os.listdir(target) == [publish.TARGET_LOCK]  # nothing written by the second
+        assert main([built, "--to", str(target), "--dry_run"]) == 0  # a dry run takes no lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([built, "--to", str(target)]) == 0
+    assert publish.TARGET_LOCK not in os.listdir(target)
+
+
 def test_upstream_archives_unzip_to_the_export(built, tmp_path):
     target = str(tmp_path / "published")
     assert main([built, "--to", target, "--with_upstream"]) == 0

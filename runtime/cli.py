@@ -235,7 +235,8 @@ def evaluate(args) -> dict:
 
 
 def evaluate_alone(args, signature: dict) -> dict:
-    found = results_file.read(args.results)  # an unusable --results is refused before any work
+    # an unusable --results is refused before any work; other runs' lines are checked, not held
+    found = results_file.read(args.results, keep=lambda line: of_this_run(line, signature))
     samples = current_samples(args)  # {(config, key): (fingerprint, row)}
     done = reusable_results(found, signature, samples, args.first_round_only)
     todo = [(config, row) for (config, key), (_, row) in samples.items()
@@ -282,8 +283,9 @@ def evaluate_alone(args, signature: dict) -> dict:
             stop_requests()     # those in flight are waited for, and end those at once
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-    results = reusable_results(results_file.read(args.results), signature, samples,
-                               args.first_round_only)
+    results = reusable_results(
+        results_file.read(args.results, keep=lambda line: of_this_run(line, signature)),
+        signature, samples, args.first_round_only)
     return summarise(list(results.values()), args)
 
 
@@ -455,6 +457,12 @@ def reusable_results(found: results_file.ResultsFile, signature: dict, samples: 
                          f"from other data{why} (e.g. key {stale[0].get('key')!r}); use a new "
                          "--results file or delete it")
     return reusable
+
+
+def of_this_run(result: dict, signature: dict) -> bool:
+    """Whether a results line is one `reusable_results` reads: this run's, or one written like
+    it before lines recorded the model's identity (refused there, by number)."""
+    return _matches(result, signature) or _written_before_identities(result, signature)
 
 
 def _matches(result: dict, signature: dict) -> bool:

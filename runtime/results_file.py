@@ -100,8 +100,10 @@ def check_usable(path: str) -> None:
         raise UsageError(f"--results {path}: {reason(err)}") from None
 
 
-def read(path: str) -> ResultsFile:
-    """The lines of the results file at `path` (none when it does not exist yet)."""
+def read(path: str, keep=None) -> ResultsFile:
+    """The lines of the results file at `path` (none when it does not exist yet), every one
+    checked; only those `keep(line)` is true for are held (a file several models' runs share
+    costs the memory of this run's lines, not of the file)."""
     found = ResultsFile(path)
     try:
         handle = fileio.open_local_regular(path)
@@ -127,7 +129,7 @@ def read(path: str) -> ResultsFile:
                 break
             if last:
                 found.ends_without_newline = True
-            if value is not None:
+            if value is not None and (keep is None or keep(value)):
                 found.lines.append((number, value))
             offset += len(raw)
     return found

@@ -504,6 +504,7 @@ def main(argv=None) -> int:
 def evaluate_command(argv: list[str]) -> int:
     args = parse_args(argv)
     loading.check_data(args.data)  # a failed, unfinished or changed build: refused at once
+    results_file.check_apart(args.results, args.data)
     try:
         table = evaluate(args)
     except ModelError as err:  # an endpoint that keeps failing: not a bug, and resumable

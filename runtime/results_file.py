@@ -89,6 +89,19 @@ def one_writer(path: str, signature: dict):
         lock.release()
 
 
+def check_apart(path: str, data: str) -> None:
+    """The results file and its lock are not written inside the --data folder: a build folder
+    holds exactly what its build wrote (validate and publish would find a file it did not
+    write), and an upstream-layout folder is someone's release."""
+    if "://" in data or not os.path.isdir(data):
+        return  # a Hub id or a remote folder: nothing local to write into
+    root = os.path.realpath(data)
+    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if os.path.commonpath([root, where]) == root:
+        raise UsageError(f"--results {path} is inside --data {data}: the data folder holds only "
+                         "what its build (or release) wrote; give a --results file outside it")
+
+
 def check_usable(path: str) -> None:
     """`path` is a regular file or absent (a FIFO, a device, a folder: one line), checked
     before the run's lock is made beside it."""

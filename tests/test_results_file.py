@@ -78,3 +78,15 @@ def test_other_runs_lines_are_checked_but_not_held(tmp_path):
         handle.write("not json\n" + json.dumps({"model": "m3", "key": "last"}) + "\n")
     with pytest.raises(UsageError, match="line 8001: not valid JSON"):
         results_file.read(str(path), keep=lambda line: line["model"] == "m3")
+
+
+def test_a_results_file_inside_the_data_folder_is_refused(built_miniature, capsys):
+    """A results file (and its lock) inside a build folder would be a file its build did not
+    write: refused in one line before any work."""
+    import os
+
+    inside = os.path.join(built_miniature, "reports", "results.jsonl")
+    status, err = evaluate(capsys, "--data", built_miniature, "--model", "oracle",
+                           "--results", inside, *QD)
+    assert status == 2 and len(err) == 1 and "is inside --data" in err[0], err
+    assert not os.path.exists(inside)

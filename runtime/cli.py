@@ -221,6 +221,20 @@ def scenario_code_failure(err: BaseException, config: str) -> str | None:
     return None if cls is None else code_failure(err, cls)
 
 
+def rows_of(args, config: str, split: str, on_bad, keep) -> list[dict]:
+    """The rows of `config` to play; a scenario's own code that raises while they are read
+    (its frames' paths in an upstream-layout folder) is one line, its author's to fix."""
+    try:
+        return list(loading.iter_rows(args.data, config, split, on_bad, keep))
+    except (CommandError, OSError, SystemExit):
+        raise
+    except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
+        line = scenario_code_failure(err, config)
+        if line is None:
+            raise
+        raise ScenarioCodeError(line) from err
+
+
 def show_progress(args) -> bool:
     """A bar only for a person watching: not with --no_progress, nor into a pipe or a log
     (its carriage-return frames would fill it)."""
@@ -315,8 +329,7 @@ def current_samples(args) -> dict:
 
     keep, note = released_keep(args, configs, split)
     for config in configs:
-        rows = list(loading.iter_rows(args.data, config, split, on_bad,
-                                      keep.get(config) if keep else None))
+        rows = rows_of(args, config, split, on_bad, keep.get(config) if keep else None)
         if args.mode == "oeg" and args.oeg_samples:
             rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
                                          args.oeg_samples)

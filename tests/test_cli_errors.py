@@ -1,4 +1,4 @@
-"""A user's mistakes on the command line (issue #14): every command refuses an unknown or
+"""A user's mistakes on the command line: every command refuses an unknown or
 misspelled flag before any work (exit 2, one line naming the closest valid flag), accepts each
 flag with '_' or '-', passes Beam's real options through, refuses unusable values, outputs,
 models and scenarios in one line, and stops on Ctrl-C with one line, exit 130 and nothing
@@ -602,7 +602,7 @@ def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
                      "'simplified' family, one file per category)"], result.stderr
 
 
-# ---- what a newcomer met (issue 21, finding 9) --------------------------------------------------
+# ---- keep lists ----------------------------------------------------------------------------
 
 def test_a_mistyped_keep_list_keyword_says_which_was_meant(capsys, tmp_path):
     code = build.main([f"--output={tmp_path / 'out'}", f"--import_upstream={tmp_path}",

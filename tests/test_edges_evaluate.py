@@ -1,4 +1,4 @@
-"""The edges of `evaluate` (issue 22, points 1-4, and the inventory's sections F-J, L): what it
+"""The edges of `evaluate`: what it
 does with a damaged or odd --results file, which result lines it reuses, what it reads of an
 upstream-layout folder or a build folder, Hub ids that cannot be reached, hostile model and judge
 endpoints, and signals while a request is in flight. Each test names what happened before."""

@@ -1,4 +1,4 @@
-"""The edges of `run_pipeline.py fetch` and of the source lock files (issue 22): every input of
+"""The edges of `run_pipeline.py fetch` and of the source lock files: every input of
 fetch (HTTP responses, archives, the destination folder, its own bookkeeping, signals) and of
 `--verify_sources [--record]` (the lock files), tried with what can be wrong with it. Each case
 ends in one line (a failed file, a refused command, a lock problem) or in correct handling,

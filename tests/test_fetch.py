@@ -811,7 +811,7 @@ def test_a_folder_linked_out_of_the_source_folder_is_never_written_through(tmp_p
     assert list(outside.iterdir()) == [] and server.log == []
 
 
-# ---- what a newcomer met (issue 21, findings 7-9) ----------------------------------------------
+# ---- no network, a mirror, a listing ------------------------------------------------------
 
 def test_no_network_is_one_summary_line_not_one_per_file(tmp_path, capsys):
     """Every file failing to connect (here a closed local port) is said once for all, naming

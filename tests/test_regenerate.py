@@ -568,7 +568,7 @@ def test_the_dataflow_requirements_file_installs(tmp_path):
     assert check.returncode == 0, check.stderr[-2000:]
 
 
-# ---- what an import is (issue 21, finding 1) ---------------------------------------------------
+# ---- what an import is ---------------------------------------------------
 
 def test_an_export_imported_again_keeps_its_stand_ins(tmp_path, built_miniature, capsys,
                                                      hub_unreachable):
@@ -663,7 +663,7 @@ def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, m
                                                                     capsys, hub_unreachable):
     """Sources that are not the miniature (no marker), built without --verify_sources and
     without a filter: build.json names both, the card does not say plain "(rebuilt)", and
-    publish --repo_id refuses it (issue 21, finding 5)."""
+    publish --repo_id refuses it."""
     from proactivebench_builder.pipeline.miniature import MARKER
 
     root = tmp_path / "sources"
@@ -684,7 +684,7 @@ def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, m
 def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, release, capsys):
     """`evaluate --data <release>/test` plays what upstream's loader plays: the released keep
     list (VSOD's extra pool records are left out), saying so in one line; --all_records plays
-    every record and says that it is not the released split (issue 21, finding 4)."""
+    every record and says that it is not the released split."""
     from proactivebench_builder.runtime.cli import main as evaluate
 
     def played(*extra) -> tuple[dict, str]:
@@ -707,7 +707,7 @@ def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, releas
 def test_release_labels_notes_records_answering_with_placeholders(tmp_path, built_miniature,
                                                                   capsys):
     """Our own export's MVP-N records answer "Product 0000.": release_labels says they are not
-    the release's, before anything is written (issue 21, finding 9)."""
+    the release's, before anything is written."""
     root = tmp_path / "sources"
     for name in ("mvpn", "vsod"):
         (root / name).mkdir(parents=True)

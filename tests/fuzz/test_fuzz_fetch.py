@@ -1,4 +1,4 @@
-"""Property-based fuzzing of fetch's and the lock's parsers of untrusted bytes (issue 22):
+"""Property-based fuzzing of fetch's and the lock's parsers of untrusted bytes:
 
 - lock files (`fetch/source_lock.py`): any lines, valid or not, give a list of one-line problems
   and nothing else, and never read outside the folder;

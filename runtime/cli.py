@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm import tqdm
 
 from proactivebench_builder import transforms
+from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, at_interrupt, closest, non_negative_int, positive_float,
     positive_int, run_command)
@@ -244,7 +245,11 @@ def show_progress(args) -> bool:
 def evaluate(args) -> dict:
     signature = run_signature(args)
     results_file.check_usable(args.results)  # a FIFO, /dev/null...: refused before its lock
-    with results_file.one_writer(args.results, signature):  # a job started twice: refused
+    # Into a log, one line per phase (reading a large split takes a while before any sample
+    # is played); on a terminal, the samples' bar says it.
+    mode = None if args.no_progress or sys.stderr.isatty() else phases.LINES
+    with results_file.one_writer(args.results, signature), \
+            phases.showing(mode, f"{PROG} evaluate"):  # a job started twice: refused
         return evaluate_alone(args, signature)
 
 
@@ -264,6 +269,10 @@ def evaluate_alone(args, signature: dict) -> dict:
         for m in models:
             m.cancel()
 
+    if todo:
+        with phases.phase(f"playing {len(todo):,} samples with {signature['model_spec']}"
+                          + (f" ({len(done):,} done in an earlier run)" if done else "")):
+            pass
     with results_file.Writer(found) as out, at_interrupt(stop_requests), \
             tqdm(total=len(todo), desc=f"{signature['model_spec']} {args.mode}",
                  unit="sample", disable=not show_progress(args)) as bar, \
@@ -329,7 +338,8 @@ def current_samples(args) -> dict:
 
     keep, note = released_keep(args, configs, split)
     for config in configs:
-        rows = rows_of(args, config, split, on_bad, keep.get(config) if keep else None)
+        with phases.phase(f"reading the {split} split of {config} from {args.data}"):
+            rows = rows_of(args, config, split, on_bad, keep.get(config) if keep else None)
         if args.mode == "oeg" and args.oeg_samples:
             rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
                                          args.oeg_samples)

@@ -30,9 +30,11 @@ def qd_build(shared_build, miniature_root) -> str:
 
 
 def evaluate(capsys, *argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `evaluate` run in this process."""
+    """(exit status, stdout, stderr) of `evaluate` run in this process (without its phase
+    lines: what is tested here is what it says of its inputs)."""
+    quiet = [] if "--no_progress" in argv else ["--no_progress"]
     try:
-        status = cli.main(["evaluate", *argv])
+        status = cli.main(["evaluate", *quiet, *argv])
     except SystemExit as exit_:  # argparse's own one-line error
         status = exit_.code
     out, err = capsys.readouterr()

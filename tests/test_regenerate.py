@@ -689,8 +689,8 @@ def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, releas
 
     def played(*extra) -> tuple[dict, str]:
         results = tmp_path / f"results{len(extra)}.jsonl"
-        assert evaluate(["evaluate", "--data", release, "--model", "oracle", "--results",
-                         str(results), *extra]) == 0
+        assert evaluate(["evaluate", "--no_progress", "--data", release, "--model", "oracle",
+                         "--results", str(results), *extra]) == 0
         lines = [json.loads(line) for line in results.read_text().splitlines()]
         counts = {c: sum(1 for r in lines if r["config"] == c) for c in (ROD, VSOD)}
         return counts, capsys.readouterr().err

@@ -319,3 +319,18 @@ def test_a_missing_command_is_named(capsys, argv, shown):
     err = capsys.readouterr().err.strip()
     assert err == (f"{cli.PROG}: error: the command is missing; did you mean: {cli.PROG} "
                    f"{shown}")
+
+
+def test_evaluate_into_a_log_says_each_phase_before_its_work(built_miniature, tmp_path, capsys):
+    """Into a log (stderr not a terminal), evaluate says what it reads and what it plays
+    before it does it, one line each; --no_progress says neither."""
+    results = str(tmp_path / "r.jsonl")
+    args = ["evaluate", "--data", built_miniature, "--model", "oracle", "--scenarios",
+            "QuickDraw", "--results", results]
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"{cli.PROG} evaluate: reading the test split of QuickDraw")
+    assert err[1].startswith(f"{cli.PROG} evaluate: playing ") and "with oracle" in err[1]
+    os.remove(results)
+    assert cli.main(["evaluate", "--no_progress", *args[1:]]) == 0
+    assert "reading the" not in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """ChangeIt end to end on its miniature source (pre-extracted frames, mp4 and webm videos), the
-record semantics field by field, the real repository files, determinism, and bad raw items."""
+record semantics field by field, the real repository files, determinism, and bad raw items (a
+video that is a FIFO is a dead letter, never decoded)."""
 from __future__ import annotations
 
 import io

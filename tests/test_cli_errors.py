@@ -1,7 +1,8 @@
 """A user's mistakes on the command line (issue #14): every command refuses an unknown or
 misspelled flag before any work (exit 2, one line naming the closest valid flag), accepts each
 flag with '_' or '-', passes Beam's real options through, refuses unusable values, outputs,
-models and scenarios in one line, and stops on Ctrl-C with one line, exit 130 and nothing
+models and scenarios in one line (a flag that takes one value given twice, an empty value, an
+argument that is not UTF-8 included), and stops on Ctrl-C with one line, exit 130 and nothing
 partial under a final name; the known noise (Beam's apitools warning, OpenCV's VP80 notice) is
 gone from a command's output.
 

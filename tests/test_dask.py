@@ -4,7 +4,8 @@ A `distributed.LocalCluster` on the loopback interface stands in for a remote cl
 build connects to it by address (`--dask_client_address tcp://...`), as it would to any
 scheduler, and its workers import the installed package. The output must be byte-identical to
 the FnApiRunner build of the same sources (only the recorded command line differs), and a
-leakage-filtered build must keep the same samples. The cluster is closed whatever happens.
+leakage-filtered build must keep the same samples. The cluster is closed whatever happens; a
+scheduler that cannot be reached is one line naming it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """File helpers the writers rely on: unique temporary names, and linking a finished output file
 under a second name (the test split of an unfiltered build) with a copy where links are
-impossible."""
+impossible; a source path that is not a regular file (a socket, a link loop, a folder, a FIFO)
+never opened for reading, a dead letter or a failure naming it; a line over the cap skipped
+unread."""
 import errno
 import json
 import os

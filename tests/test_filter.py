@@ -1,4 +1,5 @@
-"""The leakage filter from stored predictions, the keep-list, and the upstream import."""
+"""The leakage filter from stored predictions (the pools its check reads included), the keep-list
+(malformed ones refused in one line), and the upstream import."""
 from __future__ import annotations
 
 import csv

@@ -1,5 +1,6 @@
 """ImageNet-C's reading lists only what it needs: the release holds 19 corruptions x 5 severities
-x 1,000 classes x 50 files (4.75 M files), and no listing may grow with all of them."""
+x 1,000 classes x 50 files (4.75 M files), and no listing may grow with all of them; a class
+folder linked to its parent is read once."""
 from __future__ import annotations
 
 import os

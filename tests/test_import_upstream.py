@@ -1,6 +1,6 @@
 """pipeline/import_upstream.py: a release's records become rows with their values as the release
 holds them (integers stay integers through the shards and a re-export) and a config's rows are
-written in id order."""
+written in id order; a byte-order mark opening a JSONL is not a bad record."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """MVP-N scenario: the record semantics the upstream MVPNEnvironment relies on, the upstream
-export it reads, determinism, safe pickle reading, dead letters and the build accounting."""
+export it reads, determinism, safe pickle reading (a pickle claiming a huge object included),
+the class-name table read after the overrides, dead letters and the build accounting."""
 from __future__ import annotations
 
 import io

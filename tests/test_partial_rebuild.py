@@ -1,7 +1,8 @@
 """Building some scenarios into a folder that holds a complete build: an update that rebuilds
 them and keeps the others (shards, checksums, dead letters, filter statistics), with a card and
 reports covering all of them and a folder that validates; refused before any work, with one line
-naming the way out, when it would not be sound (other seed, filter, upstream export, train split)."""
+naming the way out, when it would not be sound (other seed, filter, upstream export, train split);
+damaged previous reports end the update in one line, never a hang or a traceback."""
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,7 @@
 """filters/predictions.py: a predictions file is read a row at a time, and a row keeps only what
-the filter and the train split read, so memory follows the rows, not what else they hold."""
+the filter and the train split read, so memory follows the rows, not what else they hold; a
+malformed file, one that is not a regular file or is out of reach, or rows naming an unknown
+config stop the build before any work in one line naming it."""
 from __future__ import annotations
 
 import csv

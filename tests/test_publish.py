@@ -1,6 +1,7 @@
 """Publishing (`run_pipeline.py publish`): to a folder, loaded back with `datasets.load_dataset`;
 to the Hub, with only the `HfApi` calls replaced by an in-memory fake repository, and with
-Hugging Face offline mode on, so any call that escapes the fake fails loudly."""
+Hugging Face offline mode on, so any call that escapes the fake fails loudly. A damaged record of
+an earlier publish deletes nothing of the user's; a repo id the Hub cannot name is one line."""
 from __future__ import annotations
 
 import hashlib

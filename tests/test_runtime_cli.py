@@ -1,7 +1,8 @@
 """The runtime around the environments: the OpenAI-compatible adapter against a loopback
 chat-completions server (timeout and 5xx retries included), OEG judge messages and parsing,
-metrics, loading (Parquet and the upstream JSONL layout) and the evaluate command (resume,
-first-round predictions schema)."""
+metrics, loading (Parquet, the upstream JSONL layout, a Hub dataset of other rows refused row by
+row), model specs, a model endpoint reached through the environment's proxy, and the evaluate
+command (resume, first-round predictions schema)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """VSOD scenario: the record semantics the upstream VSOD environment relies on (field by field),
 the strong-occlusion rule, the labels file, the upstream export, determinism, dead letters for
-every kind of bad segment or label row, and the build accounting."""
+every kind of bad segment or label row (XML entities expand nothing), and the build accounting."""
 from __future__ import annotations
 
 import io

@@ -1,7 +1,8 @@
 """The runtime around the environments: the OpenAI-compatible adapter against a loopback
 chat-completions server (timeout and 5xx retries included), OEG judge messages and parsing,
-metrics, loading (Parquet and the upstream JSONL layout) and the evaluate command (resume,
-first-round predictions schema)."""
+metrics, loading (Parquet, the upstream JSONL layout, a Hub dataset of other rows refused row by
+row), model specs, a model endpoint reached through the environment's proxy, and the evaluate
+command (resume, first-round predictions schema)."""
 from __future__ import annotations
 
 import json
@@ -334,3 +335,106 @@ def test_evaluate_into_a_log_says_each_phase_before_its_work(built_miniature, tm
     os.remove(results)
     assert cli.main(["evaluate", "--no_progress", *args[1:]]) == 0
     assert "reading the" not in capsys.readouterr().err
+
+
+def test_a_hub_dataset_that_is_not_proactivebench_is_refused_row_by_row(
+        tmp_path, capsys, monkeypatch):
+    """A dataset id that loads but holds other rows (another dataset, another schema): each row
+    is checked against the record contract before it is played; nothing is scored."""
+    import datasets
+
+    from proactivebench_builder.runtime import cli, loading
+
+    monkeypatch.setattr(loading, "check_hub", lambda dataset_id: None)
+    monkeypatch.setattr(datasets, "get_dataset_config_names", lambda *a, **k: ["QuickDraw"])
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: [{"text": "a review", "label": 1},
+                                         {"id": 0, "prompt": 5, "answer": None}])
+    results = tmp_path / "r.jsonl"
+    try:
+        status = cli.main(["evaluate", "--data", "someone/OtherDataset", "--model", "oracle",
+                           "--scenarios", "quickdraw", "--results", str(results)])
+    except SystemExit as exit_:
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 2 and "Traceback" not in err, err
+    assert "--data someone/OtherDataset: QuickDraw row 0" in err, err
+    assert not results.exists() or results.read_text() == ""
+
+
+class _Proxy:
+    """A loopback HTTP proxy that answers every request itself (a chat completion for a POST,
+    `body` for a GET) and records the request line and headers."""
+
+    def __init__(self, body: bytes = b""):
+        self.requests: list[tuple[str, str, dict]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, data: bytes):
+                proxy.requests.append((self.command, self.path, dict(self.headers)))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._answer(json.dumps({"choices": [{"message": {"content": "via proxy"}}]})
+                             .encode())
+
+            def do_GET(self):
+                self._answer(body)
+
+            def do_HEAD(self):
+                self._answer(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _only_this_proxy(monkeypatch, url: str) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                 "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", url)
+
+
+def test_a_model_endpoint_is_reached_through_the_proxy_the_environment_names(monkeypatch):
+    """http_proxy is honoured (urllib's rules, no_proxy included): the request, and the API key
+    with it, go to the proxy, which is the user's to choose; redirects stay refused."""
+    from proactivebench_builder.runtime.models import OpenAIChatModel
+
+    proxy = _Proxy()
+    try:
+        _only_this_proxy(monkeypatch, proxy.url)
+        model = OpenAIChatModel("m", base_url="http://model.invalid/v1", api_key="k",
+                                timeout=10, max_retries=0)
+        assert model.generate([{"role": "user", "content": "hi"}]) == "via proxy"
+        method, path, headers = proxy.requests[0]
+        assert method == "POST" and path == "http://model.invalid/v1/chat/completions"
+        assert headers.get("Authorization") == "Bearer k"
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("spec", [
+    "openai:m@http://[::1",
+    "openai:m@file:///tmp/replies",
+    "openai:",
+], ids=["ipv6-unclosed", "file-url", "no-model"])
+def test_an_endpoint_that_is_not_an_http_url_is_refused_before_any_work(spec):
+    from proactivebench_builder.runtime.model_specs import ModelSpecError, check_model_spec
+
+    with pytest.raises(ModelSpecError):
+        check_model_spec(spec)

@@ -11,12 +11,12 @@ How each file is handled:
 - **Idempotent.** A file already in place is skipped once verified: against its pins (size,
   md5, sha256), or, with none, against what the server declares (its size, and the digest some
   servers send: Google Cloud Storage's `x-goog-hash` md5, the Hugging Face Hub's
-  `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in
-  `<folder>/.proactivebench-fetch/state.json` (size, modification time, digests), so a later run
-  trusts a file whose size and modification time are unchanged without reading it again
-  (`rehash=True` reads everything again). A file that fails its pins is fetched again. The
-  size a server announces for a file nothing pins is remembered there too, as soon as its
-  download starts, so that `fetch --dry_run` knows it offline (`recorded_size`).
+  `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in the folder's
+  bookkeeping (`fetch/folder_state.py`), so a later run trusts a file whose size and
+  modification time are unchanged without reading it again (`rehash=True` reads everything
+  again). A file that fails its pins is fetched again. The size a server announces for a file
+  nothing pins is remembered there too, as soon as its download starts, so that
+  `fetch --dry_run` knows it offline.
 - **Resumable.** Bytes go to `<folder>/.proactivebench-fetch/partial/<path>.part`; a dropped
   connection keeps them, and the next attempt (a retry in this run, or the next run) asks for
   the rest with an HTTP `Range` request. A server that ignores the range (200) restarts the
@@ -72,14 +72,12 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from proactivebench_builder.fetch import extract as extraction
-from proactivebench_builder.core import fileio
 from proactivebench_builder.core.phases import human_size
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.folder_state import (  # noqa: F401 (STATE_DIR, PARTIAL_DIR:
+    PARTIAL_DIR, STATE_DIR, FolderState, destination_paths, file_kind, matches_pins,  # the
+    verified_before)                                  # folder every caller of fetch names)
 
-STATE_DIR = ".proactivebench-fetch"  # fetch's bookkeeping inside each source folder
-STATE_FILE = "state.json"
-STATE_LIMIT = 64 << 20  # fetch's own record; anything larger is not one (it is ignored)
-PARTIAL_DIR = "partial"
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 256 << 30  # the cap for a file whose size nobody announces
 MIN_SPEED = 1024  # bytes a second, over any `timeout` seconds, below which a request is cut
@@ -157,61 +155,6 @@ def mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + "/" + tail
 
 
-def destination_paths(folder: str, spec: FileSpec) -> tuple[str, str]:
-    """(the file's final path, its partial download's path) inside `folder`."""
-    dest = os.path.join(folder, *spec.path.split("/"))
-    part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
-    return dest, part
-
-
-def matches_pins(spec: FileSpec, record: dict) -> bool:
-    """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
-    no digest is pinned, its URL is the one fetched (a record-only file's identity: a
-    manifest naming another commit's archive names another file)."""
-    if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
-        return False
-    return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
-               if getattr(spec, k) is not None)
-
-
-def verified_before(spec: FileSpec, record: dict | None, st: os.stat_result) -> bool:
-    """Whether fetch's record says it verified the file in place (`st`): the same size and
-    modification time, and pins that agree (an md5 pin needs a recorded md5)."""
-    return bool(record and record.get("size") == st.st_size
-                and record.get("mtime_ns") == st.st_mtime_ns and matches_pins(spec, record)
-                and (spec.md5 is None or record.get("md5")))
-
-
-def fetch_record(folder: str) -> dict:
-    """What fetch recorded in `folder` (`state.json`): "files" it verified, "extracted"
-    archives, and the "sizes" servers announced; each path -> a dict. Read only; empty
-    when there is no usable record."""
-    return _FolderState(folder).data
-
-
-def recorded_size(record: dict, spec: FileSpec) -> int | None:
-    """The size of `spec`'s file that fetch recorded (`fetch_record`): of the file it
-    verified, of the archive it extracted, or the one the server announced for a download
-    it started; None when it recorded none for this file (for a file nothing pins, a record
-    of another URL is of another file)."""
-    for kind in ("files", "extracted", "sizes"):
-        entry = record.get(kind, {}).get(spec.path)
-        if not isinstance(entry, dict) or type(entry.get("size")) is not int \
-                or entry["size"] < 0:
-            continue
-        # an announced size is of the URL; a verified file's record is checked as a skip is
-        if (entry.get("url") == spec.url) if kind == "sizes" else matches_pins(spec, entry):
-            return entry["size"]
-    return None
-
-
-def remember_size(state: _FolderState, spec: FileSpec, size: int) -> None:
-    """Record the size a server announced for a file nothing pins (written once per change)."""
-    entry = {"size": size, "url": spec.url}
-    if state.get("sizes", spec.path) != entry:
-        state.put("sizes", spec.path, entry)
-
-
 def header_number(value: str | None) -> int | None:
     """A byte count of a header (Content-Length), or None when it is not plain ASCII digits
     ('²' is a digit to str.isdigit() but not to int(); 5000 digits exceed int()'s limit)."""
@@ -241,52 +184,6 @@ def downgrade(responses) -> str | None:
         elif secure:
             return response.url
     return None
-
-
-class _FolderState:
-    """`<folder>/.proactivebench-fetch/state.json`: what this tool verified, per relative path.
-    Shared by the threads fetching into one folder; written atomically after every change. An
-    unreadable state (not JSON, too deep, not a regular file, too large) is ignored: every file
-    is then verified from its bytes, which is the safe direction."""
-
-    def __init__(self, folder: str):
-        self.path = os.path.join(folder, STATE_DIR, STATE_FILE)
-        self.lock = threading.Lock()
-        self.data = {"files": {}, "extracted": {}, "sizes": {}}
-        try:
-            loaded = json.loads(fileio.read_bytes(self.path, limit=STATE_LIMIT))
-            if isinstance(loaded, dict):
-                for key in self.data:
-                    if isinstance(loaded.get(key), dict):
-                        self.data[key] = loaded[key]
-        except (OSError, ValueError, RecursionError):
-            pass  # no state (or an unreadable one): every file is verified from its bytes
-
-    def get(self, kind: str, path: str) -> dict | None:
-        with self.lock:
-            value = self.data[kind].get(path)
-            return dict(value) if isinstance(value, dict) else None
-
-    def put(self, kind: str, path: str, value: dict | None) -> None:
-        with self.lock:
-            if value is None:
-                self.data[kind].pop(path, None)
-            else:
-                self.data[kind][path] = value
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.tmp-{os.getpid()}-{threading.get_ident()}"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(self.data, handle, indent=1, sort_keys=True)
-                    handle.write("\n")
-                os.replace(tmp, self.path)
-            except BaseException:  # a full disk, Ctrl-C: no temporary file is left
-                try:
-                    os.remove(tmp)
-                except OSError:
-                    pass
-                raise
 
 
 def declared_digests(responses) -> dict:
@@ -326,16 +223,6 @@ def _hash_file(path: str, want_md5: bool, stopping: threading.Event | None = Non
                 md5.update(block)
             size += len(block)
     return _Digests(size, sha.hexdigest(), md5.hexdigest() if md5 else None)
-
-
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words."""
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    for test, name in fileio._KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _open_regular(path: str, flags: int, mode: int = 0o644):
@@ -506,7 +393,7 @@ class Downloader:
         self.on_phase = on_phase or (lambda folder, path, what: None)
         self._session_factory = session_factory or requests.Session
         self._local = threading.local()
-        self._states: dict[str, _FolderState] = {}
+        self._states: dict[str, FolderState] = {}
         self._states_lock = threading.Lock()
         self._planned: dict[str, set[str]] = {}  # folder -> the paths fetched into it
         self._guards: set[_Guard] = set()
@@ -527,10 +414,10 @@ class Downloader:
             self._local.session = session
         return session
 
-    def state(self, folder: str) -> _FolderState:
+    def state(self, folder: str) -> FolderState:
         with self._states_lock:
             if folder not in self._states:
-                self._states[folder] = _FolderState(folder)
+                self._states[folder] = FolderState(folder)
             return self._states[folder]
 
     def url(self, spec: FileSpec) -> str:
@@ -720,7 +607,7 @@ class Downloader:
             outcome.status = "fetched"
             return
 
-    def _remember(self, state: _FolderState, spec: FileSpec, dest: str, digests: _Digests):
+    def _remember(self, state: FolderState, spec: FileSpec, dest: str, digests: _Digests):
         st = os.stat(dest, follow_symlinks=False)
         state.put("files", spec.path, {
             "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digests.sha256,
@@ -808,7 +695,7 @@ class Downloader:
             pass
 
     def _download(self, spec: FileSpec, part: str,
-                  state: _FolderState) -> tuple[_Digests, int, int]:
+                  state: FolderState) -> tuple[_Digests, int, int]:
         """Fetch the rest of `part` (all of it when absent); returns (digests of the whole
         file, the offset resumed from, bytes received)."""
         self._make_folder(os.path.dirname(part), spec)
@@ -895,7 +782,7 @@ class Downloader:
                              f"{spec.size}{note} ({url})")
         expected = spec.size if spec.size is not None else total
         if spec.size is None and total is not None:
-            remember_size(state, spec, total)
+            state.remember_size(spec, total)
         if expected is None and not getattr(response.raw, "chunked", False) and \
                 not (spec.md5 or spec.sha256 or declared):
             raise FetchError(f"{spec.path}: the server sent no length (neither Content-Length "

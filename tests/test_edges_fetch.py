@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch import download, extract as extraction, folder_state, source_lock
 from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.fetch import plan as fetch_plan, sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import fetch
@@ -913,7 +913,7 @@ def test_a_damaged_state_file_is_ignored_and_everything_verified_from_its_bytes(
         state.write_text("[" * 100_000 + "]" * 100_000)
     elif make == "huge":
         with open(state, "wb") as handle:
-            handle.truncate(download.STATE_LIMIT + 1)  # sparse
+            handle.truncate(folder_state.STATE_LIMIT + 1)  # sparse
     else:
         state.write_text("[1, 2]")
     outcome = run_with_deadline(

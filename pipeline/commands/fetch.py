@@ -42,7 +42,8 @@ from tqdm import tqdm
 from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, unknown_name)
-from proactivebench_builder.fetch.download import STATE_DIR, Downloader, fetch_record, mirrored
+from proactivebench_builder.fetch.download import Downloader, mirrored
+from proactivebench_builder.fetch.folder_state import STATE_DIR, fetch_record
 from proactivebench_builder.core.errors import CommandError, UsageError
 from proactivebench_builder.fetch import sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import subcommand

@@ -82,11 +82,12 @@ def declare_flags(p: CommandParser) -> None:
     p.add_argument("--jobs", type=positive_int, default=DEFAULT_JOBS,
                    help="files downloaded at once (default: %(default)s)")
     p.add_argument("--retries", type=non_negative_int, default=3,
-                   help="retries of a file after a dropped connection, a timeout or an HTTP 5xx, "
-                        "each resuming where the last stopped (default: %(default)s)")
+                   help="retries of a file after a dropped connection, a timeout or an HTTP "
+                        "429/5xx, each resuming where the last stopped (default: %(default)s)")
     p.add_argument("--retry_wait", type=_non_negative_float, default=2.0, metavar="SECONDS",
-                   help="wait before the first retry, doubled for each next one "
-                        "(default: %(default)s)")
+                   help="backoff between retries (urllib3's Retry): the first at once, the "
+                        "next after 2 x SECONDS, doubling; a server's Retry-After is honoured, "
+                        "every wait at most 120 s (default: %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                    help="give up on a connection silent for this long, or slower than 1 kB/s "
                         "over this long (it is retried, resuming; default: %(default)s)")

@@ -28,9 +28,14 @@ How each file is handled:
 - **Bounded.** Memory holds one 1 MiB block per running download; `Accept-Encoding: identity`
   and reading the raw stream keep a server's transfer compression from altering the bytes (a
   server that compresses anyway gets its bytes checked by the pins, and nothing unpinned is
-  kept from it). Time is bounded too: a request that receives less than `min_speed` bytes a
-  second over any `timeout` seconds (headers included: a server trickling forever) has its
-  connection cut, and is retried from where it stopped like a dropped one.
+  kept from it). Time is bounded too: connecting and every read by urllib3's timeouts
+  (`timeout`), a body that receives less than `min_speed` bytes a second over any `timeout`
+  seconds by a check between its reads, and the headers by a deadline of `timeout` seconds (a
+  server trickling them forever defeats a per-read timeout); a cut request is retried from
+  where it stopped like a dropped one.
+- **Retried.** urllib3's `Retry` retries a connection error, a timeout and an HTTP 429/5xx
+  with exponential backoff (`retry_wait`) and the server's `Retry-After`; a body cut short
+  resumes on the same count, so `retries` bounds every kind of retry of one file together.
 - **Honest.** A reply that cannot be the file is refused and never kept: an HTML page where a
   data file is asked for, a body with no length at all (neither Content-Length nor chunked
   encoding, so a cut connection looks like the end) that nothing pins, a redirect from https

@@ -41,7 +41,7 @@ import stat
 
 from proactivebench_builder.core import fileio, phases
 from proactivebench_builder.fetch import source_lock
-from proactivebench_builder.fetch.download import file_kind
+from proactivebench_builder.fetch.folder_state import file_kind
 from proactivebench_builder.fetch.plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 

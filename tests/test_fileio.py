@@ -280,3 +280,28 @@ def test_an_overlong_upstream_line_is_skipped_unread_and_named():
     assert peak < 4 << 20
     with pytest.raises(BadRecord, match="a line longer than 16 MiB"):
         parse_record(None)
+
+
+def test_numbered_lines_reads_a_remote_stores_file_a_bounded_line_at_a_time():
+    """A remote store's file (fsspec's AbstractBufferedFile: s3fs, gcsfs, http) has a readline
+    that takes no size; lines are still numbered, and one over the limit is skipped unread."""
+    import fsspec.spec
+
+    from proactivebench_builder.core.fileio import numbered_lines
+
+    data = b'{"a": 1}\n' + b"x" * 5000 + b"\n" + b'{"b": 2}'
+
+    class RemoteFile(fsspec.spec.AbstractBufferedFile):
+        def _fetch_range(self, start, end):
+            return data[start:end]
+
+    class Store(fsspec.spec.AbstractFileSystem):
+        def info(self, path, **kwargs):
+            return {"name": path, "size": len(data), "type": "file"}
+
+        def _open(self, path, mode="rb", **kwargs):
+            return RemoteFile(self, path, mode, block_size=64, size=len(data))
+
+    with Store().open("remote.jsonl", "rb") as handle:
+        assert list(numbered_lines(handle, 1000)) == [
+            (1, b'{"a": 1}\n'), (2, None), (3, b'{"b": 2}')]

@@ -113,3 +113,37 @@ def test_a_byte_order_mark_opening_an_upstream_jsonl_is_not_a_bad_record(built_m
     assert runtime_cli.main(["evaluate", "--data", str(upstream), "--model", "oracle",
                              "--scenarios", "QD", "--results", str(tmp_path / "r.jsonl"),
                              "--no_progress"]) == 0
+
+
+def test_a_release_in_a_bucket_imports_as_from_a_folder(tmp_path, s3_port):
+    """--import_upstream s3://...: the same shards as the same release in a local folder (its
+    JSONL read a bounded line at a time through the store's client)."""
+    import subprocess
+    import sys
+
+    import boto3
+
+    from conftest import REPO, s3_environment, s3_objects
+
+    folder = coco_release(tmp_path / "test", [WHOLE] * 3, [0, 1, 2])
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            s3.upload_file(path, "bucket", "release/" + os.path.relpath(path, folder))
+    assert len(s3_objects(s3_port, "release/")) == 4
+    local = str(tmp_path / "local")
+    assert run(local, "/unused", "coco", f"--import_upstream={folder}")["status"] == "ok"
+    remote = str(tmp_path / "remote")
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER, "--no_progress",
+         "--scenarios=coco", f"--output={remote}", "--import_upstream=s3://bucket/release"],
+        env=dict(os.environ, **s3_environment(s3_port)), capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards = shard_files(local)
+    assert shards == shard_files(remote) and shards
+    for shard in shards:
+        assert open(os.path.join(local, shard), "rb").read() == \
+            open(os.path.join(remote, shard), "rb").read()

@@ -112,15 +112,14 @@ class TrainPool:
 
 
 class ShardKey(NamedTuple):
-    """Which shard a row goes to: its split and scenario (empty for the train split, which all
-    scenarios share), its index and the split's shard count, and whether the test split is the
-    same shard (no filter dropped anything: written once, linked), and whether the config's
-    pixel counts are written as float64 (a row holds a fractional one: core.records)."""
+    """Which shard a row goes to: its shard set (`core.layout`: the pool's `test` or
+    `filtered_out` rows, or `train`) and scenario (empty for the train split, which all
+    scenarios share), its index and the set's shard count, and whether the config's pixel
+    counts are written as float64 (a row holds a fractional one: core.records)."""
     split: str
     scenario: str
     index: int
     count: int
-    copy_to_test: bool
     fractional_pixels: bool = False
 
 
@@ -150,7 +149,8 @@ class ShardWritten:
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """A sample dropped while its shard was written (its frame changed after validation)."""
+    """A sample dropped while its shard was written (its frame changed after validation):
+    `split` is the shard set it was in, `in_test` whether that is the test split's."""
     kind: ClassVar[str] = "dropped"
     scenario: str
     split: str

@@ -5,9 +5,10 @@ What is published (the "plan"):
 
 - `README.md`, the dataset card the build rendered (its `configs:` block is how `load_dataset` and
   the Hub viewer find every config and split);
-- every Parquet shard that a `configs:` entry of the card names (`<config>/test-*`,
-  `unfiltered/<config>/test-*`, and `data/train-*` under a `default` config when a train split was
-  added), so the published files are exactly the ones a reader can reach;
+- every Parquet shard that a `configs:` entry of the card names (`<config>/test-*` and
+  `<config>/filtered_out-*`, the pool written once, and `data/train-*` under a `default` config
+  when a train split was added), so the published files are exactly the ones a reader can
+  reach, each once;
 - `reports/*` (build report, dead letters, filter report);
 - with `--with_upstream`, the upstream export laid out as the upstream release's `test/` folder:
   `test/<config>_preprocessed.jsonl` as they are, and every image folder of `upstream/` packed as
@@ -308,9 +309,9 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
     top-level image folder packed into zip archive(s) written under `staging`."""
     exported = exported_files(folder)
     if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in exported):
-        raise PublishError(f"--with_upstream: {fileio.join(folder, UPSTREAM_DIR)} holds no "
-                           f"*{UPSTREAM_SUFFIX} (was the build run with --no_upstream_export?); "
-                           "rebuild, or publish without it")
+        raise PublishError(f"--with_upstream: {folder} has no upstream export (a build writes "
+                           "it only when asked: build with --upstream_export), or publish "
+                           "without --with_upstream")
     planned = []
     groups = {}
     for name in sorted(exported):

@@ -12,7 +12,7 @@ import apache_beam as beam
 from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import SourceError
-from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
+from proactivebench_builder.core.layout import FILTERED_OUT, TEST, TRAIN, shard_url
 from proactivebench_builder.core.records import arrow_schema, has_fractional_pixels
 from proactivebench_builder.filters.selection import apply_selection
 from proactivebench_builder.pipeline import failures, progress, upstream_export
@@ -85,23 +85,23 @@ class AssignIdsAndShards(beam.DoFn):
         yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report,
                                  unshown)
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
-        # Both splits are cut into runs in id order, so when the test split keeps the whole pool
-        # its shards are the pool's, byte for byte: written once, linked.
-        same = len(kept) == len(rows)
         fractional = any(has_fractional_pixels(r) for r in rows)  # one column type per config
-        splits = [(UNFILTERED, rows)] if same else [
-            (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
-        for split, split_rows in splits:
-            # An empty split gets no shard: `datasets` cannot load a 0-row Parquet file
-            # ("BatchSize must be greater than 0"); the card leaves the split out instead.
-            plan = ordered_shard_plan([r["key"] for r in split_rows], rows_per_shard)
+        # The pool is written once: the rows the filter keeps (the `test` set, which is the
+        # split `test`) and those it leaves out (`filtered_out`; the split `unfiltered` reads
+        # both). Each set is cut into runs in id order.
+        sets = {TEST: [r for r in rows if r["key"] in kept],
+                FILTERED_OUT: [r for r in rows if r["key"] not in kept]}
+        for shard_set, set_rows in sets.items():
+            # An empty set gets no shard: `datasets` cannot load a 0-row Parquet file
+            # ("BatchSize must be greater than 0"); the card leaves it out instead.
+            plan = ordered_shard_plan([r["key"] for r in set_rows], rows_per_shard)
             if plan:
                 progress.report(self.config.progress_dir, progress.PLANNED, name,
                                 len(set(plan.values())))
-            for row in split_rows:
+            for row in set_rows:
                 index, count = plan[row["key"]]
                 yield results.ShardRow(
-                    results.ShardKey(split, name, index, count, same, fractional), row)
+                    results.ShardKey(shard_set, name, index, count, fractional), row)
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)
@@ -202,9 +202,10 @@ class InReadOrder:
 
 
 class WriteShard(beam.DoFn):
-    """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
-    pool it also writes the upstream layout's image files and JSONL lines. Train shards are
-    written in the same stage, so both workers share one queue of shards."""
+    """Materializes the frames of one shard's rows and writes the shard; with the upstream
+    export asked for, it also writes the export's image files from the same bytes, and its
+    JSONL lines travel to the terminal step. Train shards are written in the same stage, so
+    both workers share one queue of shards."""
 
     def __init__(self, config: BuildConfig):
         self.config = config
@@ -244,15 +245,15 @@ class WriteShard(beam.DoFn):
         progress.flush(self.config.progress_dir)
 
     def write(self, shard: results.ShardKey, rows):
-        split, name, index, count, copy_to_test, fractional = shard
-        if split == TRAIN:
+        shard_set, name, index, count, fractional = shard
+        if shard_set == TRAIN:
             yield from write_train_shard(
                 self.config, index, count, rows,
                 lambda produce: produced_ahead(self.frames_thread(), produce))
             return
         scenario = scenario_instance(name, self.config)
         rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
-        export = split == UNFILTERED and self.config.export_upstream
+        export = self.config.export_upstream
         output = self.config.output
 
         dropped = []
@@ -281,26 +282,21 @@ class WriteShard(beam.DoFn):
                     prefetched.close()
 
         config = scenario.config_name
-        url = shard_url(output, split, config, index, count)
+        url = shard_url(output, shard_set, config, index, count)
         written = write_parquet(url, produced_ahead(self.frames_thread(), materialized),
                                 arrow_schema(fractional),
                                 int(scenario.params.get("rows_per_row_group", 64)))
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         for row, err in dropped:
-            LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
-            if split == UNFILTERED:  # one dead letter per sample, whichever splits drop it
-                yield results.DeadLetter(name, err.path or row["key"], err.reason, row["key"])
-            yield results.Dropped(name, split, split == TEST or copy_to_test)
+            LOG.warning("%s: %s dropped from %s: %s", name, row["key"], shard_set, err.reason)
+            yield results.DeadLetter(name, err.path or row["key"], err.reason, row["key"])
+            yield results.Dropped(name, shard_set, shard_set == TEST)
         dropped_keys = {row["key"] for row, _ in dropped}
         rows = [row for row in rows if row["key"] not in dropped_keys]
         if dropped_the_only_shard(url, written, count):
             return
-        facts = (written["rows"], written["bytes"], written["sha256"])
-        yield results.ShardWritten(name, config, split, url, *facts)
-        if copy_to_test:
-            twin = shard_url(output, TEST, config, index, count)
-            fileio.link_or_copy_atomic(url, twin)
-            yield results.ShardWritten(name, config, TEST, twin, *facts)
+        yield results.ShardWritten(name, config, shard_set, url, written["rows"],
+                                   written["bytes"], written["sha256"])
         if export:
             for row in rows:
                 yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),

@@ -44,7 +44,7 @@ def train_shard_rows(examples):
     yield results.TrainPool(dict(sorted(examples_by_label.items())))
     for value in examples:
         index, count = plan[value.key]
-        yield results.ShardRow(results.ShardKey(TRAIN, "", index, count, False), value)
+        yield results.ShardRow(results.ShardKey(TRAIN, "", index, count), value)
 
 
 _CONFIDENCES: dict = {}  # predictions URL -> its train rows' columns, read once per process

@@ -138,7 +138,8 @@ def build_once(tmp_path_factory, sources_root: str, name: str, *extra: str) -> t
 
 @pytest.fixture(scope="session")
 def built_miniature(tmp_path_factory, miniature_root) -> str:
-    """One default build of every scenario from the miniature sources, shared by read-only tests."""
+    """One build of every scenario from the miniature sources, with the upstream export (the
+    tests of the export read it), shared by read-only tests."""
     output = str(tmp_path_factory.mktemp("built") / "proactivebench")
-    run(output, miniature_root, "all")
+    run(output, miniature_root, "all", "--upstream_export")
     return output

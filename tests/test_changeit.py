@@ -41,7 +41,7 @@ def source(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, source) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, source, "changeit")
+    return build_once(tmp_path_factory, source, "changeit", "--upstream_export")
 
 
 def load_rows(output: str) -> list[dict]:
@@ -322,7 +322,7 @@ def test_rebuild_is_byte_identical(built, source, tmp_path):
     copy = tmp_path / "src"
     shutil.copytree(source, copy)  # another path and another listing: the same output
     output = str(tmp_path / "again")
-    run(output, str(copy), "changeit")
+    run(output, str(copy), "changeit", "--upstream_export")
     assert shard_files(output) == shard_files(built[0])
     for name in ("ChangeIt_preprocessed.jsonl",):
         assert file_bytes(os.path.join(output, "upstream", name)) == \

@@ -136,7 +136,7 @@ def source_root(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, source_root):
-    return build_once(tmp_path_factory, source_root, "coco")
+    return build_once(tmp_path_factory, source_root, "coco", "--upstream_export")
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +355,7 @@ def test_upstream_export_has_every_image_its_templates_name(built):
 
 def test_same_inputs_give_identical_shards(tmp_path, built, source_root):
     output = str(tmp_path / "again")
-    run(output, source_root, "coco")
+    run(output, source_root, "coco", "--upstream_export")
     assert shard_files(output) == shard_files(built[0])
     upstream = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
     assert file_bytes(os.path.join(output, upstream)) == \

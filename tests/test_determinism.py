@@ -27,7 +27,7 @@ def _compare(a: str, b: str) -> None:
 def test_two_worker_threads_match_the_default_worker_processes(tmp_path, miniature_root,
                                                                 built_miniature):
     threaded = str(tmp_path / "threaded")
-    run(threaded, miniature_root, "all", "--direct_num_workers=2",
+    run(threaded, miniature_root, "all", "--upstream_export", "--direct_num_workers=2",
         "--direct_running_mode=multi_threading")
     _compare(built_miniature, threaded)
 
@@ -35,7 +35,7 @@ def test_two_worker_threads_match_the_default_worker_processes(tmp_path, miniatu
 def test_one_in_memory_worker_matches_the_default_worker_processes(tmp_path, miniature_root,
                                                                    built_miniature):
     single = str(tmp_path / "single")
-    run(single, miniature_root, "all", "--direct_num_workers=1")
+    run(single, miniature_root, "all", "--upstream_export", "--direct_num_workers=1")
     _compare(built_miniature, single)
 
 

@@ -614,7 +614,7 @@ def quickdraw_release(tmp_path_factory) -> str:
     from conftest import build_once
 
     output, _ = build_once(tmp_path_factory, private_miniature(tmp_path_factory, "quickdraw"),
-                           "quickdraw", "--no_train")
+                           "quickdraw", "--no_train", "--upstream_export")
     return os.path.join(output, "upstream")
 
 

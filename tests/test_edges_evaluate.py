@@ -25,7 +25,7 @@ PROG = cli.PROG
 @pytest.fixture(scope="module")
 def qd_build(tmp_path_factory, miniature_root) -> str:
     """A QuickDraw-only build (its shards, its upstream export); tests copy what they damage."""
-    output, _ = build_once(tmp_path_factory, miniature_root, "quickdraw")
+    output, _ = build_once(tmp_path_factory, miniature_root, "quickdraw", "--upstream_export")
     return output
 
 

@@ -33,9 +33,11 @@ def focus_build(tmp_path_factory):
     return root, output, report
 
 
-def _rows(output: str, split: str = "") -> list[dict]:
-    folder = os.path.join(output, split, CONFIG)
-    return [r for name in sorted(os.listdir(folder)) if name.endswith(".parquet")
+def _rows(output: str, split: str = "test") -> list[dict]:
+    """The rows of a split of the config, read from its shard sets."""
+    folder = os.path.join(output, CONFIG)
+    sets = ("test-",) if split == "test" else ("test-", "filtered_out-")
+    return [r for name in sorted(os.listdir(folder)) if name.startswith(sets)
             for r in pq.read_table(os.path.join(folder, name)).to_pylist()]
 
 

@@ -44,7 +44,7 @@ def sources_root(source) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, sources_root, "mvpn")
+    return build_once(tmp_path_factory, sources_root, "mvpn", "--upstream_export")
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_upstream_export_has_every_file_the_environment_opens(built, rows, sourc
 def test_rebuild_is_byte_identical(built, sources_root, tmp_path):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, sources_root, "mvpn")
+    run(again, sources_root, "mvpn", "--upstream_export")
     assert shard_files(again) == shard_files(output)
     name = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
     with open(os.path.join(output, name), "rb") as a, open(os.path.join(again, name), "rb") as b:

@@ -40,7 +40,7 @@ def source(sources_root) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, sources_root, "rod")
+    return build_once(tmp_path_factory, sources_root, "rod", "--upstream_export")
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_build_report_accounts_for_every_sequence(built):
 def test_same_inputs_same_bytes(tmp_path, built, sources_root):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, sources_root, "rod")
+    run(again, sources_root, "rod", "--upstream_export")
     assert shard_files(again) == shard_files(output)
 
 

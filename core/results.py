@@ -3,7 +3,7 @@ a candidate, a dead letter or a counted exclusion, and counts travel as values t
 DaskRunner has neither tagged outputs nor metrics. Every kind of value is built here and only
 here; steps tell them apart by type.
 
-    reading:   Candidate, DeadLetter, Count           (a scenario's read_unit yields these)
+    reading:   Candidate, Fragment, DeadLetter, Count (a scenario's read_unit yields these)
     building:  Sample, TrainExample                   (or a DeadLetter)
     selection: Prediction, KeepIds                    (the filter's inputs, per pool)
     pooling:   PoolReport, TrainPool, ShardRow        (rows keyed by their ShardKey)
@@ -26,6 +26,19 @@ class Candidate:
     """A raw item that can become a sample (or a train example): its key and what building it
     needs (small: frames are references, not bytes)."""
     kind: ClassVar[str] = "candidate"
+    scenario: str
+    key: str
+    item: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """A part of one raw item found in one unit of raw reading (ROD: the photos of a sequence
+    found in one of its archives, which may hold the sequence's other photos apart). The
+    fragments of a key meet in the shuffle before samples are built, where the scenario
+    merges them into one Candidate (`Scenario.merge_fragments`) and the raw item is counted,
+    once."""
+    kind: ClassVar[str] = "fragment"
     scenario: str
     key: str
     item: dict
@@ -229,12 +242,13 @@ def non_utf8_reason(text: str) -> str:
 
 
 def utf8_safe(value):
-    """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate becomes a
-    dead letter of its key, a dead letter or count gets escaped text."""
+    """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate (or a
+    fragment of one) becomes a dead letter of its key, a dead letter or count gets escaped
+    text."""
     bad = not_utf8(value)
     if bad is None:
         return value
-    if isinstance(value, Candidate):
+    if isinstance(value, (Candidate, Fragment)):
         return DeadLetter(value.scenario, escaped(value.key), non_utf8_reason(escaped(bad)),
                           escaped(value.key))
     return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))

@@ -69,6 +69,14 @@ def unit_values(scenario, unit, read, labels=()):
                 counts[value.scenario, value.what] += value.n
                 if value.what.startswith("excluded:"):
                     resolved[value.scenario] += value.n
+            elif isinstance(value, results.Fragment):
+                # counted where the fragments of its raw item meet (`merged_fragments`), unless
+                # it cannot cross a coder: then it is a dead letter, and its raw item counts here
+                safe = results.utf8_safe(value)
+                if not isinstance(safe, results.Fragment):
+                    counts[value.scenario, "raw_items"] += 1
+                    resolved[value.scenario] += 1
+                yield safe
             else:
                 resolved[value.scenario] += 1
                 yield results.utf8_safe(value)
@@ -87,6 +95,19 @@ def unit_values(scenario, unit, read, labels=()):
                 unit, f"unreadable source unit: {type(err).__name__}: {err}{detail}"), label))
     for (label, what), n in sorted(counts.items()):
         yield results.Count(label, what, n)
+
+
+def merged_fragments(fragments: list):
+    """The raw items read in fragments (results.Fragment: ROD's sequences, parts of which may
+    lie in different archives), each merged by its scenario into one Candidate
+    (`Scenario.merge_fragments`, which orders the parts itself: they arrive in any order) and
+    counted as one raw item. `SpreadCandidates` brings the fragments of a key together."""
+    parts: dict[tuple[str, str], list[dict]] = {}
+    for fragment in fragments:
+        parts.setdefault((fragment.scenario, fragment.key), []).append(fragment.item)
+    for (name, key), items in sorted(parts.items()):
+        yield results.Count(name, "raw_items", 1)
+        yield results.Candidate(name, key, get_scenario(name).merge_fragments(items))
 
 
 def bad_item_letter(scenario, label: str, key: str, err: BadItem) -> results.DeadLetter:

@@ -5,6 +5,7 @@ import apache_beam as beam
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.seeding import stable_hash
+from proactivebench_builder.pipeline.reading import merged_fragments
 
 SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
 
@@ -14,12 +15,24 @@ def _no_element(_) -> bool:
 
 
 def _keyed_by_hash(value):
-    # packed (results.packed): the local runner holds grouped values in the build process
-    return stable_hash(repr(value)) % 4096, results.packed(value)
+    # packed (results.packed): the local runner holds grouped values in the build process;
+    # the fragments of one raw item share a key, so they meet in one group
+    what = (value.scenario, value.key) if isinstance(value, results.Fragment) else (repr(value),)
+    return stable_hash(*what) % 4096, results.packed(value)
 
 
 def _ungrouped(keyed):
-    return (results.unpacked(v) for v in keyed[1])
+    """The group's values, the fragments among them merged into the raw items they are parts
+    of (`reading.merged_fragments`)."""
+    fragments = []
+    for packed in keyed[1]:
+        value = results.unpacked(packed)
+        if isinstance(value, results.Fragment):
+            fragments.append(value)
+        else:
+            yield value
+    if fragments:
+        yield from merged_fragments(fragments)
 
 
 class Spread(beam.PTransform):

@@ -10,6 +10,9 @@ here; steps tell them apart by type.
     writing:   ShardWritten, Dropped, UpstreamLine    (and a DeadLetter per dropped row)
 
 Rows (`Sample.row`, `TrainExample.row`) stay plain dicts: they are the record contract's rows.
+Across a shuffle a value that grows with the data travels as a RowRef into the build's row store
+(pipeline.row_store): a candidate's item, a sample's row (with the facts its pool step decides
+on), a train example's row.
 """
 from __future__ import annotations
 
@@ -122,6 +125,14 @@ class TrainPool:
     """The examples each train label contributed (the reports check raw items against them)."""
     kind: ClassVar[str] = "train_pool"
     examples: dict
+
+
+class RowRef(NamedTuple):
+    """Where a packed value lies in the build's row store (pipeline.row_store): the store file's
+    name in the output folder, the offset and the length of its bytes."""
+    name: str
+    offset: int
+    length: int
 
 
 class ShardKey(NamedTuple):

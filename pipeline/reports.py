@@ -16,7 +16,7 @@ from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, CARD, DEAD_LETTERS, FILTER_REPORT, POOL_SETS, REPORTS_DIR, TEST, TRAIN,
     TRAIN_CONFIG, UNFILTERED, UPSTREAM_DIR, relative_to, set_glob, shard_folder)
-from proactivebench_builder.pipeline import dataset_card, failures, upstream_export
+from proactivebench_builder.pipeline import dataset_card, failures, row_store, upstream_export
 from proactivebench_builder.pipeline.partial_rebuild import kept_configs, merge_reports
 from proactivebench_builder.pipeline.train import summarize_train
 
@@ -91,6 +91,7 @@ class WriteReports(beam.DoFn):
     def write(self, values: list) -> dict:
         c = self.config
         output = c.output
+        row_store.remove_store(output)  # every shard is written: nothing reads it any more
         scenarios = sorted(c.scenarios)
         report = summarize(values, scenarios)
         for name in scenarios:  # what stands in for the benchmark's data (card, publish)

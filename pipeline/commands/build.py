@@ -27,7 +27,7 @@ from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceE
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
-from proactivebench_builder.pipeline import beam_compat, failures, progress
+from proactivebench_builder.pipeline import beam_compat, failures, progress, row_store
 from proactivebench_builder.pipeline.allocator import return_freed_buffers
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.beam_flags import (
@@ -126,6 +126,7 @@ def run_build(argv: list[str]) -> dict:
             except BaseException as err:
                 try:
                     buildfolder.mark_finished(output, failure_reason(err))
+                    row_store.remove_store(output)  # what the workers left there
                 except OSError:  # e.g. the disk is full: build.json still says "building"
                     LOG.warning("could not record the failure in %s", output)
                 raise

@@ -34,21 +34,25 @@ def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> d
     """Per scenario: the frame references of its rows (and of its train examples), and counts."""
     from proactivebench_builder.transforms import load_scenarios
 
+    from proactivebench_builder.pipeline.reading import merged_fragments
+
     scenarios = load_scenarios()
     plan = {}
     for name, root in sorted(sources.items()):
         scenario = scenarios[name](seed, root)
         refs, rows = [], 0
-        for unit in scenario.list_units():
-            for value in scenario.read_unit(unit):
-                if not isinstance(value, results.Candidate):
-                    continue
-                try:
-                    row = scenario.build_sample(value.key, value.item)
-                except Exception:  # noqa: BLE001 - a dead letter in the build too
-                    continue
-                rows += 1
-                refs.extend(row["frame_refs"])
+        values = [v for unit in scenario.list_units() for v in scenario.read_unit(unit)]
+        # the parts of a raw item read in several units (ROD's archives), merged as the build does
+        values += merged_fragments([v for v in values if isinstance(v, results.Fragment)])
+        for value in values:
+            if not isinstance(value, results.Candidate):
+                continue
+            try:
+                row = scenario.build_sample(value.key, value.item)
+            except Exception:  # noqa: BLE001 - a dead letter in the build too
+                continue
+            rows += 1
+            refs.extend(row["frame_refs"])
         train_refs = []
         if train and scenario.has_train_split:
             for unit in scenario.list_train_units():

@@ -14,11 +14,17 @@ def _no_element(_) -> bool:
     return False
 
 
+KEY_BITS = 62  # a group key fits Beam's variable-length int coder
+
+
 def _keyed_by_hash(value):
     # packed (results.packed): the local runner holds grouped values in the build process;
-    # the fragments of one raw item share a key, so they meet in one group
+    # the fragments of one raw item share a key, so they meet in one group. Other values get
+    # keys of their own: the local runner deals a stage's groups to its workers in turn, in the
+    # order they arrive, so the units a job lists one after the other (ROD's archives) go to
+    # different workers; two values sharing a key would go to one
     what = (value.scenario, value.key) if isinstance(value, results.Fragment) else (repr(value),)
-    return stable_hash(*what) % 4096, results.packed(value)
+    return stable_hash(*what) >> (128 - KEY_BITS), results.packed(value)
 
 
 def _ungrouped(keyed):

@@ -467,7 +467,7 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
     """The first file frame of the pool is truncated after every sample was built (validated)
     and before its shard is written: the row is dropped, a dead letter says why, and the
     accounting reflects it."""
-    from proactivebench_builder.pipeline import shards
+    from proactivebench_builder.pipeline import row_store, shards
 
     root = str(tmp_path_factory.mktemp(f"{name}_changing"))
     shutil.copytree(private_miniature(tmp_path_factory, name), root, dirs_exist_ok=True)
@@ -483,8 +483,9 @@ def test_a_frame_truncated_after_validation_is_a_dead_letter(name, tmp_path_fact
         pool, values = element
         values = list(values)
         if not truncated:
-            rows = sorted((v.row for v in map(unpacked, values)  # packed to cross
-                           if v.kind == "sample"), key=lambda r: r["key"])
+            rows = sorted((row_store.fetch(self.config.output, v.row["ref"])  # a reference
+                           for v in map(unpacked, values) if v.kind == "sample"),
+                          key=lambda r: r["key"])
             for row in rows:
                 refs = [r for r in row["frame_refs"] if r.get("kind") == "file"]
                 if refs:

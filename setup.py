@@ -6,7 +6,7 @@ import os
 from setuptools import setup
 
 NAMESPACE = "proactivebench_builder"
-FOLDERS = ("core", "pipeline", "transforms", "filters", "source_manifests", "runtime")
+FOLDERS = ("core", "fetch", "pipeline", "transforms", "filters", "source_manifests", "runtime")
 # one folder per scenario under transforms/ (each a package)
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO_FOLDERS = sorted(entry.name for entry in os.scandir(os.path.join(HERE, "transforms"))
@@ -33,14 +33,18 @@ setup(
         "fsspec>=2024.6",
         "pyyaml>=6",
         "tqdm>=4.66",               # the build's progress display on a terminal
-        "requests>=2.31",           # fetch's downloads (core/download.py); Beam requires it too
+        "requests>=2.31",           # fetch's downloads (fetch/download.py); Beam requires it too
+        "filelock>=4.3",            # one build per output folder (its on_acquired holder record)
     ],
     extras_require={
         # wheel: setuptools installs an sdist offline with it (the Dataflow packaging test);
         # pycocotools: the reference the streaming COCO reader is checked against
-        "test": ["pytest>=8", "dask[distributed]>=2024.8", "build>=1.2", "wheel",
-                 "pycocotools>=2.0.7",
-                 "hypothesis>=6.100"],  # tests/fuzz/: property-based fuzzing of every parser
+        # pytest-xdist: the suite runs in two processes (-n 2), each with its own session builds
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "dask[distributed]>=2024.8", "build>=1.2",
+                 "wheel", "pycocotools>=2.0.7",
+                 "hypothesis>=6.100",   # tests/fuzz/: property-based fuzzing of every parser
+                 # a real S3 API (moto's server) for publishing to a store that fails mid-way
+                 "moto[server]>=5", "s3fs"],
         "dask": ["dask[distributed]>=2024.8"],
         "gcs": ["gcsfs"],            # gs:// sources and outputs (Dataflow workers need it too)
         "s3": ["s3fs"],

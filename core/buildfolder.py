@@ -34,7 +34,7 @@ import stat
 
 import yaml
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.core import fileio, phases
 from proactivebench_builder.core.layout import (
     BUILD_REPORT, CARD, POOL_SETS, SHARD_PATTERN, TEMPORARY_PREFIX, TEST, TRAIN,
     TRAIN_CONFIG, TRAIN_DIR, UPSTREAM_DIR, UPSTREAM_SUFFIX, folder_label, report_url,
@@ -356,23 +356,27 @@ def size_and_sha256(folder: str, relative: str) -> tuple[int, str]:
         return _streamed_size_and_sha256(handle)
 
 
-def _streamed_size_and_sha256(handle) -> tuple[int, str]:
+def _streamed_size_and_sha256(handle, read=lambda n: None) -> tuple[int, str]:
+    """(size, sha256) of an open file; `read(n)` is told of every block of `n` bytes read."""
     digest, size = hashlib.sha256(), 0
     for block in iter(lambda: handle.read(1 << 20), b""):
         digest.update(block)
         size += len(block)
+        read(len(block))
     return size, digest.hexdigest()
 
 
-def _sizes_and_sha256(folder: str, paths: list[str]) -> list:
+def _sizes_and_sha256(folder: str, paths: list[str], read=lambda n: None) -> list:
     """`size_and_sha256` of each path, or the exception it raised, in order. Files are hashed
     on one thread per core (reading and hashing release the interpreter lock: at full scale the
-    build's final check reads ~10 GB of shards while every worker waits)."""
+    build's final check reads ~10 GB of shards while every worker waits). `read(n)` is told
+    of the bytes each file holds as it is read."""
     from concurrent.futures import ThreadPoolExecutor
 
     def measure(path: str):
         try:
-            return size_and_sha256(folder, path)
+            with open_listed(folder, path) as handle:
+                return _streamed_size_and_sha256(handle, read)
         except Exception as err:  # noqa: BLE001 - the caller names it per path
             return err
 
@@ -384,11 +388,13 @@ def _sizes_and_sha256(folder: str, paths: list[str]) -> list:
         return list(pool.map(measure, paths))
 
 
-def digest_problems(folder: str, entries: list[dict]) -> list[str]:
+def digest_problems(folder: str, entries: list[dict], what: str = "files") -> list[str]:
     """Every entry's file is a regular file inside `folder` with the size and sha256 it
-    records (one problem per file that is not)."""
+    records (one problem per file that is not). The phase is shown as checking `what`."""
     problems = []
-    measured = _sizes_and_sha256(folder, [entry["path"] for entry in entries])
+    with phases.phase(f"checking the sha256 of {len(entries):,} {what}",
+                      total=sum(e["bytes"] for e in entries), unit="B") as step:
+        measured = _sizes_and_sha256(folder, [entry["path"] for entry in entries], step.update)
     for entry, found in zip(entries, measured):
         path = entry["path"]
         if isinstance(found, FileNotFoundError):
@@ -414,7 +420,8 @@ def digest_problems(folder: str, entries: list[dict]) -> list[str]:
 def shard_problems(folder: str, report: dict) -> list[str]:
     """Every file build.json lists has the size and sha256 it records: the shards, and the
     reports it names (dead letters, filter report; builds before these were listed name none)."""
-    return digest_problems(folder, listed(report, "files") + listed(report, "report_files"))
+    return digest_problems(folder, listed(report, "files") + listed(report, "report_files"),
+                           "shards and reports")
 
 
 # ---- the upstream export -------------------------------------------------------------------------
@@ -438,7 +445,7 @@ def upstream_problems(folder: str, report: dict) -> list[str]:
         return []
     entries = listed(report, "upstream_files")
     names = {e["path"] for e in entries}
-    problems = digest_problems(folder, entries)
+    problems = digest_problems(folder, entries, "exported files") if entries else []
     for name in fileio.list_names(upstream):
         path = f"{UPSTREAM_DIR}/{name}"
         if name.endswith(UPSTREAM_SUFFIX) and path not in names:

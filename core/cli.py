@@ -76,11 +76,58 @@ def unknown_name(kind: str, name: str, known) -> str:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """See the module docstring."""
+    """See the module docstring. What the checks need to know of the flags (their spellings,
+    which take one value, the subcommands) is recorded as they are declared, through
+    argparse's public methods."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        self.flag_actions: dict[str, argparse.Action] = {}  # every flag declared -> its action
+        self.single_valued: set[argparse.Action] = set()  # declared with argparse's plain 'store'
+        self.subcommands: argparse.Action | None = None  # what add_subparsers returned
+        self.unknown_subcommand_note = ""
         super().__init__(*args, **kwargs)
+
+    # ---- what was declared ----
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        return self.record(super().add_argument(*args, **kwargs), kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        return self.recording(super().add_argument_group(*args, **kwargs))
+
+    def add_mutually_exclusive_group(self, **kwargs):
+        return self.recording(super().add_mutually_exclusive_group(**kwargs))
+
+    def recording(self, group):
+        """`group`, whose flags are recorded as this parser's own (a group declares its flags
+        into the parser without calling the parser's add_argument)."""
+        add_argument, add_exclusive = group.add_argument, group.add_mutually_exclusive_group
+        group.add_argument = lambda *args, **kwargs: self.record(add_argument(*args, **kwargs),
+                                                                 kwargs)
+        group.add_mutually_exclusive_group = lambda **kwargs: self.recording(
+            add_exclusive(**kwargs))
+        return group
+
+    def record(self, action: argparse.Action, declared: dict) -> argparse.Action:
+        for flag in action.option_strings:
+            self.flag_actions[flag] = action
+        if declared.get("action") in (None, "store"):
+            self.single_valued.add(action)
+        return action
+
+    def add_subparsers(self, *, unknown_note: str = "", **kwargs):
+        """argparse's, plus `unknown_note`: what the line refusing an unknown subcommand adds
+        after the list of subcommands (e.g. what else the first word could have been)."""
+        self.subcommands = super().add_subparsers(**kwargs)
+        self.unknown_subcommand_note = unknown_note
+        return self.subcommands
+
+    def long_flags(self) -> dict[str, str]:
+        """Canonical form -> the spelling the flag was declared with (what --help shows)."""
+        return {canonical(s): s for s in self.flag_actions if s.startswith("--")}
+
+    # ---- checks ----
 
     def format_help(self) -> str:
         """The help, ending with the note on spelling (its example: one of this command's own
@@ -90,10 +137,6 @@ class CommandParser(argparse.ArgumentParser):
             return super().format_help()
         return (super().format_help().rstrip("\n") + "\n\nEvery flag is accepted with '_' or "
                 f"'-' between its words: {example} or {example.replace('_', '-')}.\n")
-
-    def long_flags(self) -> dict[str, str]:
-        """Canonical form -> the spelling the flag was declared with (what --help shows)."""
-        return {canonical(s): s for s in self._option_string_actions if s.startswith("--")}
 
     def normalise(self, args: list[str]) -> list[str]:
         """Each known long flag rewritten to its declared spelling (values untouched; nothing
@@ -113,18 +156,47 @@ class CommandParser(argparse.ArgumentParser):
         return out
 
     def parse_known_args(self, args=None, namespace=None):
-        args = self.normalise(sys.argv[1:] if args is None else list(args))
-        self.refuse_repeats(args)
-        if self._subparsers is None:  # (a parent leaves its subcommand's flags to it)
-            # An unknown flag first: it is often why a required one looks missing.
-            unknown = [a for a in args if a.startswith("--") and a != "--"
-                       and a.partition("=")[0] not in self._option_string_actions]
-            if unknown and "--" not in args[:args.index(unknown[0])]:
-                self.refuse(unknown)
+        args = sys.argv[1:] if args is None else list(args)
+        if self.subcommands is None:
+            args = self.normalise(args)
+            self.refuse_repeats(args)
+            self.refuse_unknown_flags(args)
+        else:  # the words from the subcommand's name on are its parser's to check
+            at = self.subcommand_position(args)
+            own = self.normalise(args[:at])
+            self.refuse_repeats(own)
+            if at < len(args):
+                self.refuse_unknown_subcommand(args[at])
+            args = own + args[at:]
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.refuse(extras)
         return namespace, extras
+
+    @staticmethod
+    def subcommand_position(args: list[str]) -> int:
+        """Where the subcommand's name is: the first word that is not a flag (the flags a
+        parser with subcommands takes before it are switches); len(args) when none is."""
+        return next((i for i, arg in enumerate(args) if not arg.startswith("-")), len(args))
+
+    def refuse_unknown_flags(self, args: list[str]) -> None:
+        """Exit 2 naming the first unknown flag, before argparse reads the others: an unknown
+        flag is often why a required one looks missing. (Nothing after a lone `--`.)"""
+        unknown = [a for a in args if a.startswith("--") and a != "--"
+                   and a.partition("=")[0] not in self.flag_actions]
+        if unknown and "--" not in args[:args.index(unknown[0])]:
+            self.refuse(unknown)
+
+    def refuse_unknown_subcommand(self, word: str) -> None:
+        """Exit 2 naming a word that is no subcommand and the closest one (argparse would say
+        'invalid choice' and list them, or print the help first when --help follows)."""
+        names = sorted(self.subcommands.choices)
+        if word not in names:
+            guess = closest(word, names)
+            hint = f"; did you mean {guess}?" if guess else ""
+            note = f"; {self.unknown_subcommand_note}" if self.unknown_subcommand_note else ""
+            self.error(f"unknown subcommand {word!r}{hint} (subcommands: {', '.join(names)}"
+                       f"{note})")
 
     def refuse_repeats(self, args: list[str]) -> None:
         """Exit 2 when a flag that takes one value is given twice (argparse keeps the last one
@@ -135,8 +207,8 @@ class CommandParser(argparse.ArgumentParser):
             if arg == "--":
                 break
             flag = arg.partition("=")[0]
-            action = self._option_string_actions.get(flag) if arg.startswith("--") else None
-            if isinstance(action, argparse._StoreAction):  # argparse's plain 'store'
+            action = self.flag_actions.get(flag) if arg.startswith("--") else None
+            if action in self.single_valued:
                 given.setdefault(action, []).append(flag)
         for flags in given.values():
             if len(flags) > 1:
@@ -233,6 +305,8 @@ def run_command(prog: str, body, argv: list[str]) -> int:
     --debug in argv these show their traceback. Any other exception is a bug and keeps its
     traceback."""
     debug = any(canonical(a) == "--debug" for a in argv)
+    if not debug:
+        quiet_store_clients()
     with CtrlC(quiet=not debug) as ctrl_c:
         try:
             return body(argv)
@@ -241,7 +315,7 @@ def run_command(prog: str, body, argv: list[str]) -> int:
                 raise
             if debug:
                 traceback.print_exc()
-            print(f"{prog}: error: {err.code}", file=sys.stderr)
+            print(f"{prog}: error: {one_line(err.code)}", file=sys.stderr)
             return 2
         except CommandError as err:
             if ctrl_c.pressed:
@@ -249,7 +323,7 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             if debug:
                 traceback.print_exc()
             opening = f"{prog}: error" if err.prefix is None else err.prefix
-            print(f"{opening}: {err}", file=sys.stderr)
+            print(f"{opening}: {one_line(str(err))}", file=sys.stderr)
             return err.exit_code
         except BaseException:
             # Beam re-raises a KeyboardInterrupt met inside a DoFn as a RuntimeError naming the
@@ -259,6 +333,38 @@ def run_command(prog: str, body, argv: list[str]) -> int:
             if debug:
                 traceback.print_exc()
             return ctrl_c.report(prog)
+
+
+class _StoreClientNoise(logging.Filter):
+    """asyncio's report of a store client's background task that failed ("Task exception was
+    never retrieved": aiohttp's write of a request whose connection was cut): the request
+    itself fails with that error, which the command reports in one line; the report adds a
+    traceback per request. No code of ours runs on asyncio."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(("Task exception was never retrieved",
+                                                   "Unclosed client session",
+                                                   "Unclosed connector"))
+
+
+def quiet_store_clients() -> None:
+    """Library messages shown once, and only those that say something: asyncio's reports of a
+    store client's failed background tasks left out; huggingface_hub's warnings (a 429 and its
+    retry) printed by its own handler only, not a second time through the root handler Beam
+    installs."""
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _StoreClientNoise) for f in logger.filters):
+        logger.addFilter(_StoreClientNoise())
+    hub = logging.getLogger("huggingface_hub")
+    if hub.handlers:
+        hub.propagate = False
+
+
+def one_line(text: str) -> str:
+    """A message as one line, whatever a library put in it (a server's error text spread over
+    lines): its lines joined, so the last line a log or a CI summary keeps is the whole
+    message, opened by what failed."""
+    return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 def say_interrupted(prog: str, signum: int = signal.SIGINT) -> None:

@@ -33,6 +33,7 @@ import pyarrow as pa
 from PIL import Image
 
 from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core.errors import ScenarioCodeError, code_failure
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.records import (
     COLUMNS, INT_COLUMNS, METADATA_COLUMNS, UPSTREAM_COMMON_FIELDS, arrow_schema)
@@ -272,6 +273,8 @@ def scenario_problems(row: dict, behaviour) -> list[str]:
         return list(behaviour.record_problems(row))
     except UNUSABLE as err:
         return [f"its scenario's checks cannot judge this row ({type(err).__name__}: {err})"]
+    except Exception as err:  # noqa: BLE001 - a play declaration's own code: its author's
+        raise ScenarioCodeError(own_code_failure(err, behaviour)) from err
 
 
 def view_problems(row: dict, behaviour) -> list[str]:
@@ -281,6 +284,8 @@ def view_problems(row: dict, behaviour) -> list[str]:
         views = behaviour.sheet_views(row) or []
     except UNUSABLE as err:
         return [f"its scenario cannot show it ({type(err).__name__}: {err})"]
+    except Exception as err:  # noqa: BLE001 - a play declaration's own code: its author's
+        raise ScenarioCodeError(own_code_failure(err, behaviour)) from err
     for view in views:
         box = view.get("box")
         if box is None:
@@ -290,6 +295,12 @@ def view_problems(row: dict, behaviour) -> list[str]:
             return [f"its {view.get('caption', 'view')} {tuple(round(v) for v in box)} is "
                     f"larger than {Image.MAX_IMAGE_PIXELS:,} pixels"]
     return []
+
+
+def own_code_failure(err: BaseException, behaviour) -> str:
+    """The one line of a play declaration's code that raised (core.errors.code_failure)."""
+    return (code_failure(err, type(behaviour).__module__, f"the play of {behaviour.config}")
+            or f"the play of {behaviour.config}: {type(err).__name__}: {err}")
 
 
 # ---- 6. the frames' bytes -------------------------------------------------------------------

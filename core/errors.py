@@ -7,7 +7,8 @@ its one-line message by the type (`core.cli.run_command`), never by matching the
   `BuildFailed` (exit 2): the build ran but its output must not be trusted; `OutputError`
   (exit 1): the output could not be written (a full disk, permissions); `MissingPackage` (exit
   2): an optional package is not installed (it names what to install); `FolderLocked` (exit 3):
-  another build holds the output folder.
+  another build holds the output folder; `ResultsLocked` (exit 3): another evaluate of the same
+  run writes the same results file; `ScenarioCodeError` (exit 2): a scenario's own code raised.
 - `BadItem`: one raw item cannot become a sample; it becomes a dead letter, never an exit.
 
 An error raised on a worker reaches the launcher as text only; `pipeline.failures` carries its
@@ -78,10 +79,48 @@ class MissingPackage(CommandError):
     prefix = "FAILED"
 
 
+class ScenarioCodeError(CommandError):
+    """A scenario's own code raised where its failure stops the command (listing its units,
+    loading a frame, a play hook...): its author's to fix, named in one line with the frames of
+    the scenario's own files."""
+    exit_code = 2
+    prefix = "FAILED"
+
+
+class ResultsLocked(CommandError):
+    """Another `evaluate` of the same run is writing the same results file."""
+    exit_code = 3
+    prefix = "EVALUATE REFUSED"
+
+
 class FolderLocked(CommandError):
     """Another build holds the output folder."""
     exit_code = 3
     prefix = "BUILD REFUSED"
+
+
+def code_failure(err: BaseException, module: str, who: str) -> str | None:
+    """One line saying that the code of `module` (a scenario's, `who` names it: "scenario dim")
+    raised `err`: the function that was called, the exception, and the frames of the files of
+    the module's folder, innermost last. None when no frame of the traceback is there (the
+    error is not that code's)."""
+    import sys
+    import traceback
+
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not file:
+        return None
+    folder = os.path.dirname(os.path.abspath(file))
+    own = [f for f in traceback.extract_tb(err.__traceback__)
+           if os.path.abspath(f.filename).startswith(folder + os.sep)]
+    if not own:
+        return None
+    detail = (str(err).splitlines() or [""])[0][:300]
+    frames = " < ".join(f"{os.path.relpath(f.filename, os.path.dirname(folder))}:{f.lineno} "
+                        f"in {f.name}" for f in reversed(own[-4:]))
+    return (f"{who}: its {own[0].name} raised {type(err).__name__}"
+            f"{': ' + detail if detail else ''} (at {frames}); the scenario's own code failed, "
+            "its author can fix it (--debug shows the whole traceback)")
 
 
 def command_error_class(name: str) -> type[CommandError] | None:

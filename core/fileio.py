@@ -100,6 +100,27 @@ def open_source(url: str):
     return fs.open(path, "rb")
 
 
+# The clients of remote stores (s3fs on aiobotocore and aiohttp, gcsfs on google-auth and
+# aiohttp, fsspec's HTTP): what they raise when the store fails part way (a connection cut, an
+# endpoint gone), by the package that raises it, since they share no base class but Exception.
+STORE_CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google",
+                         "fsspec", "requests", "urllib3")
+
+
+def is_store_error(err: BaseException) -> bool:
+    """Whether `err` is a remote store's failure (its client's error, or an OSError), not a
+    bug of ours."""
+    if isinstance(err, OSError):
+        return True
+    return any(cls.__module__.split(".", 1)[0] in STORE_CLIENT_PACKAGES
+               for cls in type(err).__mro__ if cls not in (Exception, BaseException, object))
+
+
+def store_error_text(err: BaseException) -> str:
+    """A store's failure in one line: its type and its (first 300 characters of) text."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+
+
 class FileTooLarge(OSError):
     """A file larger than its reader allows (memory must not depend on what a source holds)."""
 

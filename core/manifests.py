@@ -56,7 +56,11 @@ def manifest_bytes(filename: str, folder: str | None = None) -> bytes:
     if packaged.is_file():  # this package's own data
         return packaged.read_bytes()
     path = os.path.join(folder, filename) if folder else None
-    if path is None or not os.path.lexists(path):
+    if path is None:  # a scenario of this package: its files are package data only
+        raise ManifestError(f"no file {filename!r} in source_manifests/ ({MANIFEST_PACKAGE}), "
+                            "where a scenario inside transforms/ keeps its manifest and data "
+                            "files")
+    if not os.path.lexists(path):
         raise ManifestError(f"no file {filename!r} in {MANIFEST_PACKAGE} or beside the scenario "
                             "module")
     try:

@@ -32,9 +32,11 @@ refused). Train examples that no row names keep these columns null.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
 from collections import Counter
 
 import pyarrow as pa
@@ -74,95 +76,167 @@ def read_predictions(url: str, split: str | None = TEST_SPLIT) -> list[dict]:
 
 
 def read_all_predictions(url: str) -> list[dict]:
-    """Every row of a predictions file, normalised and validated on its own."""
+    """Every row of a predictions file, normalised and validated on its own. The file is read
+    a row at a time, and each row keeps only what the filter and the train split read (model,
+    config, key or id, correctness, split, confidence, delta): memory follows the rows, not
+    what else a file holds (a long `answer_text` per row)."""
     lower = url.lower()
     if not lower.endswith((".parquet", ".jsonl", ".json", ".csv")):
         raise PredictionsError(f"{url}: unknown predictions format (use .parquet, .jsonl or .csv)")
-    data = read_input(url, "predictions file", MAX_BYTES, PredictionsError)
-    if lower.endswith(".parquet"):
-        rows = _parquet_rows(data, url)
-    elif lower.endswith((".jsonl", ".json")):
-        rows = _json_lines(data, url)
-    else:
-        rows = _csv_rows(data, url)
-    if not rows:
+    with open_input(url, "predictions file", MAX_BYTES, PredictionsError) as handle:
+        if lower.endswith(".parquet"):
+            rows = _parquet_rows(handle, url)
+        elif lower.endswith((".jsonl", ".json")):
+            rows = _json_lines(handle, url)
+        else:
+            rows = _csv_rows(handle, url)
+        normalised = [_normalise(row, f"{url}: {where}") for where, row in rows]
+    if not normalised:
         raise PredictionsError(f"{url}: the predictions file is empty")
-    normalised = [_normalise(row, f"{url}: {where}") for where, row in rows]
     _check_duplicates(normalised, url)
     return normalised
 
 
 def read_input(url: str, what: str, limit: int, error: type) -> bytes:
-    """The bytes of a user's input file (predictions, a keep list): a regular file or a storage
-    URL, at most `limit` bytes; anything else is `error` naming it."""
+    """The bytes of a user's input file (a keep list): a regular file or a storage URL, at most
+    `limit` bytes; anything else is `error` naming it."""
+    with open_input(url, what, limit, error) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{url}: larger than the {limit:,} bytes a {what} may hold")
+    return data
+
+
+@contextlib.contextmanager
+def open_input(url: str, what: str, limit: int, error: type):
+    """A binary file object of a user's input file: a regular file or a storage URL, refused
+    (`error` naming it) when it is anything else or larger than `limit` bytes; errors while it
+    is read are `error` too."""
     if network_url(url):
         raise error(f"{url}: a build reads its {what} from a file or a storage URL (gs://, s3://, "
                     "...), not over the network: download it first")
     try:
-        return fileio.read_bytes(url, limit=limit)
+        handle = fileio.open_source(url)
     except FileNotFoundError:
         raise error(f"{what} not found: {url}") from None
-    except fileio.FileTooLarge:
-        raise error(f"{url}: larger than the {limit:,} bytes a {what} may hold") from None
     except OSError as err:  # a FIFO, a device, a folder, permissions
         raise error(f"{url}: {err.strerror or err}") from None
     except (ImportError, ValueError) as err:  # fsspec: an unknown protocol or its missing package
         raise error(f"{url}: cannot be read ({' '.join(str(err).split())[:200]})") from None
+    with handle:
+        size = _size(handle)
+        if size is not None and size > limit:
+            raise error(f"{url}: larger than the {limit:,} bytes a {what} may hold")
+        try:
+            yield _Capped(handle, limit, lambda: error(
+                f"{url}: larger than the {limit:,} bytes a {what} may hold"))
+        except OSError as err:
+            raise error(f"{url}: {err.strerror or err}") from None
 
 
-def _text(data: bytes, url: str) -> str:
+def _size(handle) -> int | None:
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise PredictionsError(f"{url}: not UTF-8 text (byte {err.start})") from None
+        return os.fstat(handle.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return getattr(handle, "size", None)
 
 
-def _json_lines(data: bytes, url: str) -> list[tuple[str, dict]]:
-    rows = []
-    for n, line in enumerate(_text(data, url).splitlines(), start=1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise PredictionsError(f"{url}: line {n}: not a JSON line ({err})") from None
-            except RecursionError:
-                raise PredictionsError(f"{url}: line {n}: nested too deeply") from None
-            if not isinstance(row, dict):
-                raise PredictionsError(f"{url}: line {n}: not a JSON object but "
-                                       f"{type(row).__name__}")
-            rows.append((f"line {n}", row))
-    return rows
+class _Capped(io.RawIOBase):
+    """A reader of at most `limit` bytes of `handle` (a file that grows while it is read, or a
+    store that gave no size, still cannot make memory follow what it holds)."""
+
+    def __init__(self, handle, limit: int, too_large):
+        self._handle, self._left, self._too_large = handle, limit, too_large
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._handle.seekable()
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        return self._handle.seek(offset, whence)
+
+    def tell(self):
+        return self._handle.tell()
+
+    def readinto(self, buffer) -> int:
+        data = self._handle.read(min(len(buffer), self._left + 1))
+        if len(data) > self._left:
+            raise self._too_large()
+        self._left -= len(data)
+        buffer[:len(data)] = data
+        return len(data)
 
 
-def _csv_rows(data: bytes, url: str) -> list[tuple[str, dict]]:
+# The columns the filter and the train split read; others (answer_text, chosen_option, ...)
+# are never kept.
+USED = ("schema_version", "model", "config", "key", "id", "correct", "split", "confidence",
+        "delta")
+MAX_LINE_BYTES = 16 << 20  # one prediction row (its answer text included) is a few kB
+
+
+def _used(row: dict) -> dict:
+    return {k: row[k] for k in USED if k in row}
+
+
+def _json_lines(handle, url: str):
+    lines = fileio.numbered_lines(io.BufferedReader(handle), MAX_LINE_BYTES, skip_bom=True)
+    for n, raw in lines:
+        if raw is None:
+            raise PredictionsError(f"{url}: line {n}: longer than {MAX_LINE_BYTES:,} bytes")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise PredictionsError(f"{url}: line {n}: not UTF-8 text (byte {err.start})") from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PredictionsError(f"{url}: line {n}: not a JSON line ({err})") from None
+        except RecursionError:
+            raise PredictionsError(f"{url}: line {n}: nested too deeply") from None
+        if not isinstance(row, dict):
+            raise PredictionsError(f"{url}: line {n}: not a JSON object but "
+                                   f"{type(row).__name__}")
+        yield f"line {n}", _used(row)
+
+
+def _csv_rows(handle, url: str):
     # newline="": the csv module reads CR, LF and CRLF line ends, and line breaks inside quotes
-    reader = csv.DictReader(io.StringIO(_text(data, url), newline=""))
-    rows = []
+    text = io.TextIOWrapper(io.BufferedReader(handle), encoding="utf-8-sig", newline="")
+    reader = csv.DictReader(text)
     try:
         for row in reader:
             where = f"line {reader.line_num}"
             if None in row:  # DictReader files the fields beyond the header under None
                 raise PredictionsError(f"{url}: {where}: more fields than the header has")
-            rows.append((where, row))
+            yield where, _used(row)
     except csv.Error as err:
         raise PredictionsError(f"{url}: the row after line {reader.line_num}: {err}") from None
-    return rows
+    except UnicodeDecodeError as err:
+        raise PredictionsError(f"{url}: the row after line {reader.line_num}: not UTF-8 text "
+                               f"({err.reason})") from None
 
 
-def _parquet_rows(data: bytes, url: str) -> list[tuple[str, dict]]:
+def _parquet_rows(handle, url: str):
     try:
-        parquet = pq.ParquetFile(io.BytesIO(data))
+        parquet = pq.ParquetFile(handle)
         if parquet.metadata.num_rows > MAX_ROWS:
             raise PredictionsError(f"{url}: {parquet.metadata.num_rows:,} rows, more than the "
                                    f"{MAX_ROWS:,} a predictions file may hold")
-        table = parquet.read(columns=[c for c in parquet.schema_arrow.names
-                                      if c in REQUIRED + OPTIONAL])
+        columns = [c for c in parquet.schema_arrow.names if c in USED]
+        n = 0
+        for batch in parquet.iter_batches(batch_size=65536, columns=columns):
+            for row in batch.to_pylist():
+                n += 1
+                yield f"row {n}", row
     except (pa.ArrowException, OSError, ValueError) as err:
         if isinstance(err, PredictionsError):
             raise
         raise PredictionsError(f"{url}: not a readable Parquet file "
                                f"({' '.join(str(err).split())[:200]})") from None
-    return [(f"row {n}", row) for n, row in enumerate(table.to_pylist(), start=1)]
 
 
 def _normalise(row: dict, where: str) -> dict:

@@ -21,13 +21,15 @@ import uuid
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.errors import CommandError, OutputError, command_error_class
+from proactivebench_builder.transforms import base, get_scenario
 
 
 @contextlib.contextmanager
-def recorded(folder: str | None):
+def recorded(folder: str | None, scenario: str | None = None):
     """Record an error raised inside (then let it go on up): a CommandError (a SourceError, a
-    scenario's ManifestError, ...) and an OSError by their type, anything else (a bug) by its
-    one line, for build.json's `failure`."""
+    scenario's ManifestError, ...) and an OSError by their type, an error raised in the code of
+    `scenario` (its listing, its frames: its author's to fix) as a ScenarioCodeError naming it,
+    anything else (a bug) by its one line, for build.json's `failure`."""
     try:
         yield
     except CommandError as err:
@@ -42,8 +44,31 @@ def recorded(folder: str | None):
             _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
         raise
     except Exception as err:
-        _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
+        line = _scenario_failure(err, scenario)
+        if line:
+            _write(folder, {"type": "command", "class": "ScenarioCodeError", "message": line})
+        elif fileio.is_store_error(err):  # a remote output's store failed part way
+            _write(folder, {"type": "command", "class": "OutputError", "message": (
+                f"the store failed: {fileio.store_error_text(err)}; nothing it wrote is taken "
+                "for complete (build.json does not say ok); run the same build again once the "
+                "store answers")})
+        else:
+            _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
         raise
+
+
+def _scenario_failure(err: BaseException, scenario: str | None) -> str | None:
+    if not scenario:
+        return None
+    try:
+        return base.code_failure(err, get_scenario(results_scenario(scenario)))
+    except Exception:  # noqa: BLE001 - no better line than the bug's own
+        return None
+
+
+def results_scenario(label: str) -> str:
+    """The scenario a result label names (`<scenario>/train` for its train split)."""
+    return label.split("/", 1)[0]
 
 
 def _first_line(err: BaseException) -> str:

@@ -10,7 +10,10 @@ import shutil
 import sys
 import tempfile
 
+from proactivebench_builder import transforms
+from proactivebench_builder.core.errors import ScenarioCodeError
 from proactivebench_builder.transforms import manifest_of
+from proactivebench_builder.transforms.base import code_failure
 
 LOG = logging.getLogger(__name__)
 MARKER = ".miniature-complete"
@@ -27,7 +30,15 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
         LOG.info("writing the miniature %s source to %s", name, target)
         staging = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
         try:
-            cls.write_miniature(staging, seed)
+            try:
+                cls.write_miniature(staging, seed)
+            except OSError:
+                raise
+            except Exception as err:  # the scenario's code: its author's, in one line
+                line = code_failure(err, cls)
+                if line is None:
+                    raise
+                raise ScenarioCodeError(line) from err
             with open(os.path.join(staging, MARKER), "w") as handle:
                 handle.write(version)
             shutil.rmtree(target, ignore_errors=True)
@@ -38,9 +49,11 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
 
 
 def generator_version(name: str, cls) -> str:
-    """Changes when the scenario's code (every module of its folder) or manifest changes, so a
-    stale miniature is rewritten."""
+    """Changes when the scenario's code (every module of its folder, or its one module) or
+    manifest changes, so a stale miniature is rewritten."""
     package = cls.__module__.rpartition(".")[0]
+    if package == transforms.__name__:  # a scenario that is one module of the registry package
+        package = ""
     modules = sorted(m for m in sys.modules
                      if package and (m == package or m.startswith(package + "."))) \
         or [cls.__module__]

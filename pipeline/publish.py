@@ -67,6 +67,7 @@ calls, so tests replace only those calls (and run with `HF_HUB_OFFLINE=1`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import hashlib
@@ -78,7 +79,8 @@ import stat
 import tempfile
 import zipfile
 
-from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core import buildfolder, fileio, phases
+from proactivebench_builder.core.cli import one_line
 from proactivebench_builder.core.layout import (
     CARD, REPORTS_DIR, TEMPORARY_NAME, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
@@ -114,6 +116,24 @@ def naming(err: OSError, path: str) -> OSError:
     if err.errno and not err.filename:
         return OSError(err.errno, err.strerror, path)
     return err
+
+
+class StoreFailed(PublishError):
+    """A remote store (s3://, gs://, ...) failed mid-way: its connection cut, its endpoint gone.
+    What was renamed into place is complete; what was not is under temporary names, removed
+    when the store answers (else named), and a rerun resumes."""
+    exit_code = 1
+
+
+def store_failure(target: str, err: BaseException, left: list[str]) -> StoreFailed:
+    """One line for a store's failure, whatever its client put in the message (aiohttp's and
+    botocore's texts span lines)."""
+    detail = " ".join(str(err).split())[:300]
+    leftover = (f"; {len(left):,} temporary object(s) could not be removed now ({left[0]}"
+                f"{', ...' if len(left) > 1 else ''}), the next publish removes them" if left
+                else "; nothing it wrote is taken for complete")
+    return StoreFailed(f"{target}: the store failed: {type(err).__name__}: {detail}{leftover}. "
+                       f"{RESUME_HINT}")
 
 
 class HubUnreachable(PublishError):
@@ -304,14 +324,21 @@ def exported_files(folder: str) -> dict[str, int]:
             for e in buildfolder.listed(report, "upstream_files") if e["path"].startswith(prefix)}
 
 
-def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> list[PlannedFile]:
-    """The upstream export as the upstream release's `test/`: top-level files as they are, each
-    top-level image folder packed into zip archive(s) written under `staging`."""
-    exported = exported_files(folder)
+def refuse_without_export(folder: str, exported: dict[str, int] | None = None) -> None:
+    """--with_upstream on a build that wrote no upstream export: one line saying how to make
+    it (before any work)."""
+    exported = exported_files(folder) if exported is None else exported
     if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in exported):
         raise PublishError(f"--with_upstream: {folder} has no upstream export (a build writes "
                            "it only when asked: build with --upstream_export), or publish "
                            "without --with_upstream")
+
+
+def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> list[PlannedFile]:
+    """The upstream export as the upstream release's `test/`: top-level files as they are, each
+    top-level image folder packed into zip archive(s) written under `staging`."""
+    exported = exported_files(folder)
+    refuse_without_export(folder, exported)
     planned = []
     groups = {}
     for name in sorted(exported):
@@ -321,13 +348,19 @@ def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> li
         else:
             kind = "upstream-jsonl" if name.endswith(UPSTREAM_SUFFIX) else "upstream-file"
             planned.append(built_file(f"{prefix}/{name}", folder, f"{UPSTREAM_DIR}/{name}", kind))
-    for top, names in sorted(groups.items()):
-        parts = archive_parts(names, exported, max_bytes)
-        for index, members in enumerate(parts):
-            repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
-            dest = os.path.join(staging, "archives", *repo_path.split("/"))
-            write_deterministic_zip([(n, f"{UPSTREAM_DIR}/{n}") for n in members], dest, folder)
-            planned.append(planned_file(repo_path, dest, "upstream-archive"))
+    packed = sum(len(names) for names in groups.values())
+    with phases.phase(f"packing the upstream export's {packed:,} images into zips",
+                      total=sum(exported[n] for names in groups.values() for n in names),
+                      unit="B") as step:
+        for top, names in sorted(groups.items()):
+            parts = archive_parts(names, exported, max_bytes)
+            for index, members in enumerate(parts):
+                repo_path = f"{prefix}/{archive_name(top, index, len(parts))}"
+                dest = os.path.join(staging, "archives", *repo_path.split("/"))
+                write_deterministic_zip([(n, f"{UPSTREAM_DIR}/{n}") for n in members], dest,
+                                        folder)
+                planned.append(planned_file(repo_path, dest, "upstream-archive"))
+                step.update(sum(exported[n] for n in members))
     return planned
 
 
@@ -338,7 +371,13 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen = {CARD: "card"}
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
-    return [built_file(p, folder, p, kind) for p, kind in sorted(chosen.items())]
+    planned = []
+    with phases.phase(f"hashing the {len(chosen):,} files to publish", total=len(chosen),
+                      unit="files") as step:
+        for p, kind in sorted(chosen.items()):
+            planned.append(built_file(p, folder, p, kind))
+            step.update()
+    return planned
 
 
 def collect_files(folder: str, staging: str, with_upstream: bool = False,
@@ -486,13 +525,14 @@ class HubClient:
                 raise PublishError(f"cannot {what}: the Hub refused the token (HTTP {status}); "
                                    "check HF_TOKEN or `hf auth login`, and that the token may "
                                    "write to this repo") from err
-            raise PublishError(f"cannot {what}: {err}. {RESUME_HINT}") from err
+            raise PublishError(f"cannot {what}: {one_line(str(err))}. {RESUME_HINT}") from err
         except Exception as err:  # connection refused, reset, timeout, DNS: the network
             if not is_network_error(err):
                 raise
             reason = f"{hub_endpoint()} unreachable: {type(err).__name__}: {err}"
             raise HubUnreachable(f"cannot {what}: the Hub at {hub_endpoint()} cannot be reached "
-                                 f"({type(err).__name__}: {err}); check the network (and "
+                                 f"({type(err).__name__}: {one_line(str(err))}); check the "
+                                 "network (and "
                                  f"HF_ENDPOINT if set). {RESUME_HINT}", reason) from err
 
     def head_commit(self, repo_id: str, revision: str | None) -> str | None:
@@ -566,7 +606,8 @@ class HubTarget:
         if self.client is None:
             self.client = HubClient(resolve_token(required=not dry_run))
         try:
-            self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
+            with phases.phase(f"asking the Hub for {self.repo_id}"):
+                self.parent_commit = self.client.head_commit(self.repo_id, self.revision)
         except HubUnreachable as err:
             if not dry_run:
                 raise
@@ -588,7 +629,8 @@ class HubTarget:
     def remote_files(self, files: list[PlannedFile]) -> dict[str, RemoteFile]:
         if not self.exists:
             return {}
-        return self.client.remote_files(self.repo_id, self.revision)
+        with phases.phase(f"listing the files of {self.repo_id} on the Hub"):
+            return self.client.remote_files(self.repo_id, self.revision)
 
     def owned(self, remote: dict[str, RemoteFile], with_upstream: bool,
               upstream_prefix: str) -> tuple[set[str], list[str]]:
@@ -607,11 +649,14 @@ class HubTarget:
                 "with the card and the deletions: too large for one commit")
 
     def apply(self, plan: Plan, staging: str) -> None:
+        uploading = (f"uploading {len(plan.upload):,} files "
+                     f"({phases.human_size(plan.upload_bytes)}) to {self.repo_id}")
         if plan.atomic:
             staged = stage_files(plan.upload, os.path.join(staging, "upload"))
             operations = add_operations(staged) + delete_operations(plan.delete)
-            self.client.commit(self.repo_id, operations, plan.commit_message, self.revision,
-                               self.parent_commit)
+            with phases.phase(f"{uploading} in one commit"):
+                self.client.commit(self.repo_id, operations, plan.commit_message, self.revision,
+                                   self.parent_commit)
             return
         # The card goes last, so it names the new shards only once they are all there.
         data = [f for f in plan.upload if f.path != CARD]
@@ -619,12 +664,16 @@ class HubTarget:
         if data:
             data_root = os.path.join(staging, "upload-data")
             stage_files(data, data_root)
-            self.client.upload_folder(self.repo_id, data_root, plan.commit_message, self.revision)
+            with phases.phase(f"{uploading}: the data files, in several commits"):
+                self.client.upload_folder(self.repo_id, data_root, plan.commit_message,
+                                          self.revision)
         if card or plan.delete:
             staged = stage_files(card, os.path.join(staging, "upload-card"))
             operations = add_operations(staged) + delete_operations(plan.delete)
-            self.client.commit(self.repo_id, operations, plan.commit_message + " (card)",
-                               self.revision, None)
+            with phases.phase(f"committing the card and {len(plan.delete)} deletions to "
+                              f"{self.repo_id}"):
+                self.client.commit(self.repo_id, operations, plan.commit_message + " (card)",
+                                   self.revision, None)
 
 
 def add_operations(staged: dict[str, str]) -> list:
@@ -672,14 +721,20 @@ class FsspecTarget:
             return {}
         sizes = {f.path: f.size for f in files}
         found = {}
-        for path, size in self.sizes():
-            sha256 = None
-            if sizes.get(path) == size:
-                try:
-                    sha256 = file_digests(self.final_url(path))[1]
-                except fileio.NotARegularFile:
-                    pass
-            found[path] = RemoteFile(path, size, sha256)
+        present = self.sizes()
+        same = [(path, size) for path, size in present if sizes.get(path) == size]
+        with phases.phase(f"comparing the {len(same):,} files already in the target",
+                          total=len(same), unit="files") \
+                if same else contextlib.nullcontext(phases.Phase()) as step:
+            for path, size in present:
+                sha256 = None
+                if sizes.get(path) == size:
+                    try:
+                        sha256 = file_digests(self.final_url(path))[1]
+                    except fileio.NotARegularFile:
+                        pass
+                    step.update()
+                found[path] = RemoteFile(path, size, sha256)
         return found
 
     def sizes(self) -> list[tuple[str, int]]:
@@ -729,11 +784,31 @@ class FsspecTarget:
     def apply(self, plan: Plan, staging: str) -> None:
         """Every file under a temporary name, then renamed: data first, the card and the
         record last, so the card never names a file that is not there yet. Whatever stops it
-        (a full disk, Ctrl-C, SIGTERM) removes the temporary files not yet renamed."""
+        (a full disk, Ctrl-C, SIGTERM, a remote store's connection cut) removes the temporary
+        files not yet renamed; a remote store's failure is one line (StoreFailed) naming those
+        it could not remove."""
+        self.left = []
+        try:
+            self._apply(plan)
+        except (PublishError, KeyboardInterrupt):
+            raise
+        except OSError as err:
+            if err.errno and fileio.is_local(self.url):
+                raise  # a full disk, permissions: PublishOutputError, naming the file
+            raise store_failure(self.describe(), err, self.left) from err
+        except Exception as err:  # noqa: BLE001 - the store client's own (botocore, aiohttp)
+            if fileio.is_local(self.url):
+                raise
+            raise store_failure(self.describe(), err, self.left) from err
+
+    def _apply(self, plan: Plan) -> None:
         pending = []
         try:
-            for f in plan.upload:
-                pending.append((self.write_temporary(f), f))
+            with phases.phase(f"writing {len(plan.upload):,} files into the target",
+                              total=plan.upload_bytes, unit="B") as step:
+                for f in plan.upload:
+                    pending.append((self.write_temporary(f), f))
+                    step.update(f.size)
             pending.sort(key=lambda item: (item[1].kind == "record", item[1].path == CARD,
                                            item[1].path))
             while pending:
@@ -756,7 +831,7 @@ class FsspecTarget:
             self.copy_bytes(f.source, temp)
         except BaseException as err:
             self.remove_quietly(temp)
-            if isinstance(err, OSError):
+            if isinstance(err, OSError) and fileio.is_local(self.url):
                 raise naming(err, dest) from err
             raise
         return temp
@@ -766,11 +841,20 @@ class FsspecTarget:
             shutil.copyfileobj(inp, out, CHUNK)
 
     def remove_quietly(self, path: str) -> None:
+        """Remove a temporary file; one the store cannot remove now (its endpoint gone) is
+        kept in `left`, for the failure's line (the next publish removes it). Once one could
+        not be removed the others are not tried: each try would wait out the client's retries
+        against a store that does not answer."""
+        left = getattr(self, "left", None)
+        if left:
+            left.append(path)
+            return
         try:
             if self.fs.exists(path):
                 self.fs.rm(path)
-        except OSError:
-            pass
+        except Exception:  # noqa: BLE001 - whatever the store's client raises
+            if left is not None:
+                left.append(path)
 
     def local_root(self) -> str | None:
         return self.url if fileio.is_local(self.url) else None
@@ -791,6 +875,8 @@ def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool =
     check_upstream_prefix(upstream_prefix)
     refuse_inside(folder, getattr(target, "local_root", lambda: None)(), "the target")
     refuse_inside(folder, staging_dir, "--staging_dir")
+    if with_upstream and buildfolder.read_report(folder) is not None:  # (else: not a build)
+        refuse_without_export(folder)
     validate_for_publishing(folder, check, upstream=with_upstream)
     try:
         notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work

@@ -34,10 +34,10 @@ class ListUnits(beam.DoFn):
     def process(self, job):
         branch, name = job
         label = results.train_label(name) if branch == TRAIN else name
-        with progress.timed(self.config.progress_dir, "list", label):
+        with progress.timed(self.config.progress_dir, "list", label), \
+                failures.recorded(self.config.failures_dir, name):  # an unusable source folder
             scenario = branch_scenario(branch, name, self.config)
-            with failures.recorded(self.config.failures_dir):  # an unusable source folder
-                units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
+            units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
         LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
         progress.report(self.config.progress_dir, progress.LISTED, label, len(units))
         progress.flush(self.config.progress_dir)

@@ -10,7 +10,7 @@ import threading
 
 import apache_beam as beam
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.layout import FILTERED_OUT, TEST, TRAIN, shard_url
@@ -75,7 +75,7 @@ class AssignIdsAndShards(beam.DoFn):
 
     def process(self, element):
         name, values = element
-        with failures.recorded(self.config.failures_dir), \
+        with failures.recorded(self.config.failures_dir, None if name == TRAIN_POOL else name), \
                 progress.timed(self.config.progress_dir, "pool",
                                "train" if name == TRAIN_POOL else name):
             yield from self.assign(name, [results.unpacked(v) for v in values])
@@ -277,7 +277,7 @@ class WriteShard(beam.DoFn):
         key, rows = element
         shard = results.ShardKey(*key)
         rows = [results.unpacked(r) for r in rows]
-        with failures.recorded(self.config.failures_dir), \
+        with failures.recorded(self.config.failures_dir, shard.scenario or None), \
                 progress.timed(self.config.progress_dir, "write", shard.scenario or "train") as t:
             for value in self.write(shard, rows):  # e.g. a full disk
                 if isinstance(value, results.ShardWritten):

@@ -32,9 +32,10 @@ from proactivebench_builder import transforms
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, at_interrupt, closest, non_negative_int, positive_float,
     positive_int, run_command)
-from proactivebench_builder.core.errors import CommandError
+from proactivebench_builder.core.errors import CommandError, ScenarioCodeError
 from proactivebench_builder.core.play import MalformedRecord
 from proactivebench_builder.core.released import released_counts
+from proactivebench_builder.transforms.base import code_failure
 from proactivebench_builder.runtime import (
     environments as envs, loading, metrics, open_ended, results_file)
 from proactivebench_builder.runtime.episodes import run_episode
@@ -213,6 +214,13 @@ class UnplayableSample(CommandError):
     prefix = None
 
 
+def scenario_code_failure(err: BaseException, config: str) -> str | None:
+    """The one line naming the scenario whose own code (its play declaration's hooks) raised
+    `err` while a sample of `config` was played; None when the error is not its code's."""
+    cls = transforms.scenario_for_config(config)
+    return None if cls is None else code_failure(err, cls)
+
+
 def show_progress(args) -> bool:
     """A bar only for a person watching: not with --no_progress, nor into a pipe or a log
     (its carriage-return frames would fill it)."""
@@ -220,8 +228,14 @@ def show_progress(args) -> bool:
 
 
 def evaluate(args) -> dict:
-    found = results_file.read(args.results)  # an unusable --results is refused before any work
     signature = run_signature(args)
+    results_file.check_usable(args.results)  # a FIFO, /dev/null...: refused before its lock
+    with results_file.one_writer(args.results, signature):  # a job started twice: refused
+        return evaluate_alone(args, signature)
+
+
+def evaluate_alone(args, signature: dict) -> dict:
+    found = results_file.read(args.results)  # an unusable --results is refused before any work
     samples = current_samples(args)  # {(config, key): (fingerprint, row)}
     done = reusable_results(found, signature, samples, args.first_round_only)
     todo = [(config, row) for (config, key), (_, row) in samples.items()
@@ -250,6 +264,13 @@ def evaluate(args) -> dict:
                         f"--data {args.data}: sample {row.get('key')!r} ({config}) cannot be "
                         f"played: {err} (the results played so far are in {args.results})"
                     ) from err
+                except (CommandError, OSError):
+                    raise
+                except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
+                    line = scenario_code_failure(err, config)
+                    if line is None:
+                        raise
+                    raise ScenarioCodeError(line) from err
                 result.setdefault("config", None)
                 # Prediction lines keep exactly the filter's schema (no run fields).
                 line = result if args.first_round_only else {

@@ -13,17 +13,25 @@ The file is the user's (it may hold other runs' lines, or be edited), so it is r
 Lines are written whole or not at all: each is one `os.write` on a descriptor opened for
 appending, and a write that fails part way (a full disk) is cut back off before the error is
 reported.
+
+One run writes a results file at a time (`one_writer`): a second `evaluate` of the same model
+and settings into the same file (a job launched twice) is refused in one line before any work,
+naming the first; runs of other models or settings may append beside it (each line is whole,
+and each run reads back only its own).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import CommandError, UsageError
+from proactivebench_builder.core.errors import CommandError, ResultsLocked, UsageError
+from proactivebench_builder.core.locks import ExclusiveLock, Held, describe
 
 # A result line holds a trajectory (every turn's answer text, and a judge's output), each answer
 # capped by the endpoint's reply cap (runtime.models.MAX_REPLY_BYTES); far more than any line.
@@ -49,6 +57,47 @@ class ResultsFile:
     def damaged(self, number: int, what: str) -> UsageError:
         return UsageError(f"--results {self.path}: line {number}: {what} (mend or delete that "
                           "line, or use a new --results file)")
+
+
+def lock_path(path: str, signature: dict) -> str:
+    """The lock file of one run's writes to `path`: beside it, named by the run's settings."""
+    digest = hashlib.sha256(json.dumps(signature, sort_keys=True, default=str).encode())
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{digest.hexdigest()[:12]}.lock")
+
+
+@contextmanager
+def one_writer(path: str, signature: dict):
+    """Hold the results file `path` for the run `signature` describes, from before it is read
+    to the end: ResultsLocked (one line) when another process of the same run holds it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--results {path}: {reason(err)}") from None
+    lock = ExclusiveLock(lock_path(path, signature), "the results file's lock file")
+    try:
+        lock.__enter__()
+    except Held as held:
+        raise ResultsLocked(f"--results {path} is being written by another evaluate of the same "
+                            f"model and settings: {describe(held.holder)} (the same job started "
+                            "twice?); wait for it to end, or give another --results file"
+                            ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def check_usable(path: str) -> None:
+    """`path` is a regular file or absent (a FIFO, a device, a folder: one line), checked
+    before the run's lock is made beside it."""
+    try:
+        fileio.open_local_regular(path).close()
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise UsageError(f"--results {path}: {reason(err)}") from None
 
 
 def read(path: str) -> ResultsFile:

@@ -11,6 +11,10 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
+from conftest import IN_PROCESS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUIDE = os.path.join("docs", "adding_a_scenario.md")
 
@@ -24,6 +28,7 @@ def code_blocks(section: str) -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
 
 
+@pytest.mark.build
 def test_the_guides_example_scenario_works(tmp_path):
     blocks = code_blocks(guide_text())
     files = {}
@@ -48,7 +53,7 @@ def test_the_guides_example_scenario_works(tmp_path):
         if words[1] == "run_pipeline.py":
             words[1] = os.path.join(REPO, "run_pipeline.py")
             if words[2] != "validate":
-                words.append("--runner=FnApiRunner")
+                words += ["--runner=FnApiRunner", IN_PROCESS]
         done = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"

@@ -32,6 +32,7 @@ def retained_mb(mode: str) -> int:
     return int(out.stdout.strip())
 
 
+@pytest.mark.build
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc and /proc only")
 def test_freed_buffers_are_returned():
     if retained_mb("off") < 200:

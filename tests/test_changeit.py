@@ -10,8 +10,7 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import (
-    build_once, file_bytes, file_text, private_miniature, read_jsonl, run, shard_files)
+from conftest import build_report, file_bytes, file_text, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.transforms.changeit.scenario import (
@@ -34,26 +33,27 @@ NULL_EXTRAS = ("strong_occlusions", "valid_images", "quality_answer", "direction
 # ---- fixtures -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory) -> str:
-    """Our own copy of the miniature (the shared build folder is other people's)."""
-    return private_miniature(tmp_path_factory, "changeit")
+def source(miniature_root) -> str:
+    """The sources root of the shared build (read only: a test that changes ChangeIt's source
+    copies its folder)."""
+    return miniature_root
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, source) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, source, "changeit", "--upstream_export")
+def built(built_miniature) -> tuple[str, dict]:
+    """The shared build of every scenario (read only) and its report."""
+    return built_miniature, build_report(built_miniature)
 
 
-def load_rows(output: str) -> list[dict]:
+def load_rows(output: str, cache_dir: str) -> list[dict]:
     """The test split as `datasets` decodes it. Its own cache folder: `datasets` can serve a
     cached copy of another output folder with the same base name."""
-    return list(datasets.load_dataset(output, name=CONFIG, split="test",
-                                      cache_dir=os.path.join(output, ".hf_cache")))
+    return list(datasets.load_dataset(output, name=CONFIG, split="test", cache_dir=cache_dir))
 
 
 @pytest.fixture(scope="module")
-def rows(built):
-    return load_rows(built[0])
+def rows(built, tmp_path_factory):
+    return load_rows(built[0], str(tmp_path_factory.mktemp("changeit_hf_cache")))
 
 
 def miniature_labels() -> dict[tuple[str, str], list[int]]:
@@ -320,10 +320,11 @@ def test_a_video_frame_is_the_same_whatever_was_read_before(source):
 
 def test_rebuild_is_byte_identical(built, source, tmp_path):
     copy = tmp_path / "src"
-    shutil.copytree(source, copy)  # another path and another listing: the same output
+    # another path and another listing: the same output
+    shutil.copytree(os.path.join(source, "changeit"), copy / "changeit")
     output = str(tmp_path / "again")
     run(output, str(copy), "changeit", "--upstream_export")
-    assert shard_files(output) == shard_files(built[0])
+    assert shard_files(output) == shard_files(built[0], CONFIG)
     for name in ("ChangeIt_preprocessed.jsonl",):
         assert file_bytes(os.path.join(output, "upstream", name)) == \
             file_bytes(os.path.join(built[0], "upstream", name))
@@ -354,7 +355,7 @@ def _write_short_mp4(path, seconds):
 
 def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(source, tmp_path):
     top = tmp_path / "src"
-    shutil.copytree(source, top)
+    shutil.copytree(os.path.join(source, "changeit"), top / "changeit")
     root = str(top / "changeit")
     good = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
     _add_annotation(root, "apple", "GapGapGap01", None, text="0,0\n1,0\n3,2\n")
@@ -406,10 +407,11 @@ def test_bad_raw_items_become_dead_letters_and_the_build_goes_on(source, tmp_pat
     assert report["raw_items"] == report["samples"] + report["dead_letters"] + sum(
         report["excluded"].values())
     assert report["dead_letters"] == len(dead)
-    kept = {r["key"] for r in load_rows(output)}
+    kept = {r["key"] for r in load_rows(output, str(tmp_path / "hf_cache"))}
     assert kept == {"ChangeIt/beer/Zx9-cVb7nM1/object"}  # the untouched video still builds
 
 
+@pytest.mark.build
 def test_real_repository_files_build_end_to_end(tmp_path):
     """The real apple/avocado/eggs repository files, with frames supplied for one real video:
     it becomes samples, every other annotated video is a 'missing video' dead letter or a rule
@@ -432,7 +434,7 @@ def test_real_repository_files_build_end_to_end(tmp_path):
     assert set(report["dead_letters_by_reason"]) == {"missing video"}
     assert report["excluded"] == {"informative_first_frame": 17, "no_informative_frame": 4}
     assert report["dead_letters"] == 96 - 21 - 2  # the rules keep 75 pairs; 73 lack their video
-    built_rows = load_rows(output)
+    built_rows = load_rows(output, str(tmp_path / "hf_cache"))
     for row in built_rows:
         assert row["key"].startswith("ChangeIt/eggs/jU3_JVh1YwA/")
         assert label_of_colour(row["frames"][row["frame_ids"].index(row["reference_image"])]) \

@@ -71,6 +71,7 @@ def test_build_refuses_a_misspelled_flag_naming_the_closest(capsys, argv, sugges
     assert f"did you mean {suggestion}?" in line
 
 
+@pytest.mark.build
 def test_build_typo_exits_2_before_any_work(tmp_path):
     """The issue's cases, as a user runs them: nothing is written (not even the miniature
     sources the default build would generate in the working folder), exit 2, one line."""
@@ -107,6 +108,7 @@ def test_evaluate_refuses_a_misspelled_flag(capsys, tmp_path):
     assert not os.path.exists(tmp_path / "r.jsonl")
 
 
+@pytest.mark.build
 def test_typos_exit_2_in_every_command_as_a_user_runs_them(tmp_path):
     """Exit status and whole stderr of each command, in a subprocess."""
     cases = [
@@ -137,6 +139,55 @@ def test_the_export_asked_for_and_refused_at_once_is_one_line(capsys, tmp_path):
 def test_unknown_subcommand_names_the_closest(capsys):
     line = refused(capsys, lambda: build.main(["valdate", "DIR"]))
     assert "unknown subcommand 'valdate'; did you mean validate?" in line
+    line = refused(capsys, lambda: runtime_cli.main(["evalute", "--data", "DIR"]))
+    assert line == ("python -m proactivebench_builder.runtime: error: unknown subcommand "
+                    "'evalute'; did you mean evaluate? (subcommands: evaluate)")
+
+
+def test_a_registered_subcommand_is_listed_parsed_and_run(capsys, monkeypatch):
+    """All a new module in pipeline/commands/ does to become a subcommand: register itself
+    (nothing else is edited); its flags are checked as every command's are, and a refusal while
+    it runs is its own one line."""
+    from proactivebench_builder.core.errors import UsageError
+    from proactivebench_builder.pipeline import commands
+
+    monkeypatch.setattr(commands, "_REGISTERED", dict(commands._REGISTERED))
+    greeted = []
+
+    def declare(parser):
+        parser.add_argument("--greeting_text", required=True)
+
+    def greet(args):
+        if args.greeting_text == "boo":
+            raise UsageError("--greeting_text: not a greeting")
+        greeted.append(args.greeting_text)
+        return 0
+
+    commands.subcommand("hello", "say hello", "Says hello.", declare, greet)
+    assert build.main(["hello", "--greeting-text", "hi"]) == 0 and greeted == ["hi"]
+    assert "say hello" in help_text(capsys, build.main, ["--help"])
+    assert "Says hello." in help_text(capsys, build.main, ["hello", "--help"])
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_txt", "x"])).startswith(
+        "run_pipeline.py hello: error: unknown flag --greeting_txt; did you mean "
+        "--greeting_text?")
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_text", "a",
+                                               "--greeting_text", "b"])) == (
+        "run_pipeline.py hello: error: --greeting_text given 2 times; it takes one value "
+        "(give it once)")
+    assert refused(capsys, lambda: build.main(["hello", "--greeting_text", "boo"])) == (
+        "run_pipeline.py hello: error: --greeting_text: not a greeting")
+    assert "did you mean hello?" in refused(capsys, lambda: build.main(["helo"]))
+    assert greeted == ["hi"]
+
+
+def test_the_build_flags_do_not_reach_a_subcommand(capsys):
+    """run_pipeline.py's parser declares the build's flags (for --help): a subcommand's words
+    are still its own parser's to check (inspect has a --seed of its own; validate has none)."""
+    assert refused(capsys, lambda: build.main(["inspect", "DIR", "--seed", "1", "--seed",
+                                               "2"])).startswith(
+        "run_pipeline.py inspect: error: --seed given 2 times")
+    assert refused(capsys, lambda: build.main(["validate", "DIR", "--seed", "1"])).startswith(
+        "run_pipeline.py validate: error: unknown flag --seed")
 
 
 def test_a_flag_that_is_only_a_prefix_is_not_guessed(capsys):
@@ -187,7 +238,7 @@ def test_hyphenated_build_flags_build(tmp_path, miniature_root):
     output = str(tmp_path / "out")
     assert build.main([f"--output={output}", "--sources-root", miniature_root,
                        "--scenarios=quickdraw", "--no-train", "--no-upstream-export",
-                       "--final-validation=off", RUNNER]) == 0
+                       "--final-validation=off", RUNNER, "--direct-num-workers=1"]) == 0
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert set(report["scenarios"]) == {"quickdraw"}
     assert not os.path.exists(os.path.join(output, "upstream"))
@@ -265,12 +316,13 @@ def test_every_option_beam_knows_is_accepted(capsys):
     """The check is exactly Beam's list: no flag of any PipelineOptions subclass is called
     unknown (a value this test makes up may still be refused, as Beam would refuse it)."""
     parser = beam_flags.beam_flags_parser(["--runner=DaskRunner"])
-    flags = [f for f in parser._option_string_actions if f.startswith("--")]
+    flags = [f for f in parser.flag_actions if f.startswith("--")]
     assert {"--runner", "--direct_running_mode", "--temp_location", "--project", "--region",
-            "--setup_file", "--dask_client_address", "--sources_root"} <= set(flags)
+            "--setup_file", "--dask_client_address", "--sources_root",
+            "--dask_npartitions"} <= set(flags)   # (the last: in a mutually exclusive group)
     for flag in flags:
         try:
-            parser.parse_args([f"{flag}=1"] if parser._option_string_actions[flag].nargs != 0
+            parser.parse_args([f"{flag}=1"] if parser.flag_actions[flag].nargs != 0
                               else [flag])
         except SystemExit:
             assert "unknown flag" not in capsys.readouterr().err
@@ -309,6 +361,7 @@ def test_build_refuses_bad_values_in_one_line(capsys, tmp_path, monkeypatch, arg
     assert os.listdir(tmp_path) == []   # not even the miniature sources
 
 
+@pytest.mark.build
 def test_output_that_is_a_file_is_refused_before_the_build(tmp_path):
     """Before, the build ran and then failed with a 110-line traceback."""
     existing = tmp_path / "a-file"
@@ -384,6 +437,7 @@ def test_evaluate_refuses_models_scenarios_and_values_in_one_line(capsys, tmp_pa
     assert not results.exists()
 
 
+@pytest.mark.build
 def test_unknown_model_as_a_user_runs_it(tmp_path):
     """Before: a traceback. Now: one line, exit 2."""
     result = command([*EVALUATE, "--data", str(tmp_path), "--model", "oracel", "--results",
@@ -412,6 +466,21 @@ def test_debug_shows_the_traceback_of_a_refusal(capsys):
         "run_pipeline.py: error: --scenarios: unknown scenario 'nope'")
 
 
+def test_flags_declared_in_groups_are_checked_as_the_parser_s_own(capsys):
+    parser = CommandParser(prog="x")
+    parser.add_argument_group("some").add_argument("--in_group")
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument("--one_way")
+    either.add_argument("--other_way", action="store_true")
+    args = parser.parse_args(["--in-group", "a", "--one-way=b"])
+    assert (args.in_group, args.one_way, args.other_way) == ("a", "b", False)
+    for argv, message in ((["--in_group", "a", "--in-group", "b"], "--in_group given 2 times"),
+                          (["--one_wy", "b"], "unknown flag --one_wy; did you mean --one_way?")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        assert message in capsys.readouterr().err
+
+
 def test_spelling_is_normalised_only_for_flags():
     parser = CommandParser(prog="x")
     parser.add_argument("--some_flag")
@@ -424,6 +493,7 @@ def test_spelling_is_normalised_only_for_flags():
 # ---- the known noise ----------------------------------------------------------------------------
 
 
+@pytest.mark.build
 def test_no_known_noise_in_a_first_build(tmp_path):
     """A first build in an empty folder writes the miniature sources (ChangeIt's WebM video
     among them) and prints no warning that means nothing to a user."""
@@ -468,12 +538,14 @@ def write_corpus(root: str) -> str:
 
 
 def temporary_files(output: str) -> list[str]:
+    """The shards being written under `output` (not the build's other files written under a
+    temporary name: build.json's first "building" is written so before the build starts)."""
     return [os.path.join(folder, n) for folder, _, names in os.walk(output) for n in names
-            if n.startswith(".tmp-")]
+            if n.startswith(".tmp-") and n.endswith(".parquet")]
 
 
 def interrupt_while_writing(args: list[str], output: str) -> tuple[int, str]:
-    """Start a build in its own process group, wait until a file is being written under the
+    """Start a build in its own process group, wait until a shard is being written under the
     output, then send SIGINT to the whole group, as a terminal's Ctrl-C does. Returns the exit
     status and what the build wrote on stderr after the interrupt."""
     process = subprocess.Popen([sys.executable, RUN_PIPELINE, f"--output={output}", *args],
@@ -499,6 +571,7 @@ def interrupt_while_writing(args: list[str], output: str) -> tuple[int, str]:
             process.wait()
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
 def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     sources = write_corpus(str(tmp_path / "sources"))
@@ -521,6 +594,7 @@ def test_ctrl_c_stops_the_build_in_one_line(tmp_path, mode):
     assert report["status"] == "failed" and report["failure"] == "interrupted (Ctrl-C)", report
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
     """A source folder its scenario cannot list (here: no .ndjson files) fails the build in one

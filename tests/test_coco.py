@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import (build_once, file_bytes, private_miniature, read_jsonl, run,
-                      shard_files)
+from conftest import file_bytes, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.transforms.coco.crops import (
@@ -130,13 +129,16 @@ def check_trajectory(record: dict, width: int, height: int, obj: tuple):
 # ---- fixtures --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def source_root(tmp_path_factory) -> str:
-    return private_miniature(tmp_path_factory, "coco")
+def source_root(miniature_root) -> str:
+    """The sources root of the shared build (read only: a test that changes COCO's source
+    copies its folder)."""
+    return miniature_root
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, source_root):
-    return build_once(tmp_path_factory, source_root, "coco", "--upstream_export")
+def built(shared_build, source_root) -> tuple[str, dict]:
+    """A shared build of COCO alone (read only), whose train split holds COCO's examples only."""
+    return shared_build(source_root, "coco", "--upstream_export")
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,10 @@
 final name, and the next run into the same folder produces the same bytes as an uninterrupted
 build.
 
-The build runs in a subprocess (`run_pipeline.py ... --runner FnApiRunner`) and is killed with
-SIGKILL, which skips every cleanup handler, as soon as a temporary shard (`.tmp-<unique>-<name>`)
-appears under the output: the kill lands inside the write, not before or after it. To make that
+The build runs in a subprocess (`run_pipeline.py ... --runner FnApiRunner`, all in that one
+process: the kill reaches the writer) and is killed with SIGKILL, which skips every cleanup
+handler, as soon as a temporary shard (`.tmp-<unique>-<name>`) appears under the output: the
+kill lands inside the write, not before or after it. To make that
 window wide without any test hook in production code, the source is a real, bigger QuickDraw
 corpus generated here (60 categories x 12 drawings: 600 samples whose stroke frames are
 rendered while the shards are written).
@@ -20,8 +21,9 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+import pytest
 
-from conftest import RUNNER, run, shard_files
+from conftest import IN_PROCESS, RUNNER, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,7 +71,7 @@ def kill_while_writing(output: str, sources_root: str) -> list[str]:
     """Start a build, SIGKILL its process group as soon as a shard is being written; returns the
     temporary files seen at that moment."""
     command = [sys.executable, os.path.join(REPO, "run_pipeline.py"), f"--output={output}",
-               f"--sources_root={sources_root}", RUNNER, *FLAGS]
+               f"--sources_root={sources_root}", RUNNER, IN_PROCESS, *FLAGS]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -91,6 +93,7 @@ def kill_while_writing(output: str, sources_root: str) -> list[str]:
             process.wait()
 
 
+@pytest.mark.build
 def test_killed_build_leaves_no_partial_shard_and_rerun_matches(tmp_path):
     sources_root = write_corpus(str(tmp_path / "sources"))
     reference = str(tmp_path / "reference")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from conftest import file_bytes, run, shard_files
+import pytest
+
+from conftest import WORKER_PROCESSES, builds, file_bytes, run, shard_files
 
 
 def _compare(a: str, b: str) -> None:
@@ -24,19 +26,28 @@ def _compare(a: str, b: str) -> None:
                 assert file_bytes(path) == file_bytes(twin), path
 
 
+@pytest.fixture(scope="module")
+@builds
+def built_in_worker_processes(tmp_path_factory, miniature_root) -> str:
+    """Every scenario built, with the upstream export, as a default local run builds: one
+    worker process per core."""
+    output = str(tmp_path_factory.mktemp("worker_processes") / "proactivebench")
+    run(output, miniature_root, "all", "--upstream_export", WORKER_PROCESSES)
+    return output
+
+
 def test_two_worker_threads_match_the_default_worker_processes(tmp_path, miniature_root,
-                                                                built_miniature):
+                                                                built_in_worker_processes):
     threaded = str(tmp_path / "threaded")
     run(threaded, miniature_root, "all", "--upstream_export", "--direct_num_workers=2",
         "--direct_running_mode=multi_threading")
-    _compare(built_miniature, threaded)
+    _compare(built_in_worker_processes, threaded)
 
 
-def test_one_in_memory_worker_matches_the_default_worker_processes(tmp_path, miniature_root,
+def test_one_in_memory_worker_matches_the_default_worker_processes(built_in_worker_processes,
                                                                    built_miniature):
-    single = str(tmp_path / "single")
-    run(single, miniature_root, "all", "--upstream_export", "--direct_num_workers=1")
-    _compare(built_miniature, single)
+    """built_miniature is built in this process, by one in-memory worker (conftest.run)."""
+    _compare(built_in_worker_processes, built_miniature)
 
 
 def test_rebuild_in_place_removes_stale_shards(tmp_path, miniature_root):

@@ -17,7 +17,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import private_miniature, read_json, shard_files
+from conftest import builds, private_miniature, read_json, shard_files
 from proactivebench_builder.core import results
 from proactivebench_builder.transforms.rod.miniature import sweep_frame, tar_gz
 from proactivebench_builder.transforms.rod.scenario import ROD
@@ -134,6 +134,7 @@ def test_an_extended_header_over_the_cap_is_refused_unread(kind, tmp_path):
 PEAK_HEADER_BYTES = 256 << 20
 
 
+@pytest.mark.build
 def test_extended_headers_do_not_raise_peak_memory(tmp_path_factory):
     """The issue's measurement: three ROD archives whose GNU long-name or PAX headers declare
     256 MiB drove a build's peak memory from ~200 MB to ~960 MB. Now they are dead letters
@@ -177,6 +178,7 @@ for value in rod.read_unit("archive:rod_0.tar.gz"):
 """
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("bits", [44, 86])
 def test_a_member_declaring_data_that_is_not_there_ends_with_the_stream(bits, tmp_path):
     """Before: a 124-byte archive whose one member declares 2^44 bytes (none present) made
@@ -304,6 +306,7 @@ def test_the_reader_keeps_no_list_of_members(tmp_path):
 
 # ---- the train split: frames checked like the test split's (point 8) -----------------------
 
+@pytest.mark.build
 @pytest.mark.parametrize("kind", ["file", "view"])
 def test_a_train_frame_changed_after_validation_is_a_dead_letter(kind, tmp_path_factory,
                                                                  monkeypatch):
@@ -490,6 +493,7 @@ def test_a_pickle_memo_index_claims_no_memory():
         assert load_sample_list(pickle.dumps(value, protocol=protocol)) == value
 
 
+@pytest.mark.build
 def test_a_list_file_over_its_cap_is_a_dead_letter(tmp_path):
     """A list pickle builds ~30 bytes of objects per byte of pickle (EMPTY_LIST, APPEND...): a
     256 MiB one could hold gigabytes. A list file over MAX_LIST_BYTES (the real ones hold about
@@ -564,6 +568,7 @@ def test_a_deeply_nested_value_is_a_value_error_naming_its_position(doc, chunk):
 # ---- ChangeIt: categories.csv and labels.csv -------------------------------------------------------
 
 @pytest.fixture(scope="module")
+@builds
 def changeit_source(tmp_path_factory) -> str:
     return os.path.join(private_miniature(tmp_path_factory, "changeit"), "changeit")
 
@@ -621,13 +626,11 @@ def test_tables_with_carriage_return_line_ends_parse(changeit_source, tmp_path):
 # ---- --import_upstream: the records of a release (section E) --------------------------------------
 
 @pytest.fixture(scope="module")
-def quickdraw_release(tmp_path_factory) -> str:
-    """The upstream export of a QuickDraw-only build: a release folder to import."""
-    from conftest import build_once
-
-    output, _ = build_once(tmp_path_factory, private_miniature(tmp_path_factory, "quickdraw"),
-                           "quickdraw", "--no_train", "--upstream_export")
-    return os.path.join(output, "upstream")
+def quickdraw_release(shared_build, miniature_root) -> str:
+    """The upstream export of a shared QuickDraw-only build: a release folder to import (read
+    only: tests copy what they change)."""
+    return os.path.join(shared_build(miniature_root, "quickdraw", "--no_train",
+                                         "--upstream_export")[0], "upstream")
 
 
 def _release_lines(folder: str) -> list[bytes]:
@@ -753,6 +756,7 @@ def _frame_paths_of(scenario, values) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.build
 def test_an_imagenet_c_file_name_with_braces_keeps_its_name(tmp_path):
     """Before: a legal file name holding "{1}" went into the template unescaped: filling it
     raised IndexError in the shard writer, and the whole build failed. Now braces are doubled
@@ -783,6 +787,7 @@ def test_a_rod_setting_with_braces_keeps_its_name(tmp_path):
                                      f"banana-s{i}.jpg" for i in range(14)]]
 
 
+@pytest.mark.build
 def test_a_vsod_segment_with_braces_keeps_its_name(tmp_path):
     from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 

@@ -16,17 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import build_once, file_text, read_jsonl
+from conftest import file_text, read_jsonl
 from proactivebench_builder.runtime import cli
 
 PROG = cli.PROG
 
 
 @pytest.fixture(scope="module")
-def qd_build(tmp_path_factory, miniature_root) -> str:
-    """A QuickDraw-only build (its shards, its upstream export); tests copy what they damage."""
-    output, _ = build_once(tmp_path_factory, miniature_root, "quickdraw", "--upstream_export")
-    return output
+def qd_build(shared_build, miniature_root) -> str:
+    """A shared QuickDraw-only build (its shards, its upstream export); tests copy what they
+    damage."""
+    return shared_build(miniature_root, "quickdraw", "--upstream_export")[0]
 
 
 def evaluate(capsys, *argv) -> tuple[int, str, str]:
@@ -780,6 +780,7 @@ def test_a_frame_that_does_not_decode_is_one_line_naming_the_sample(build_copy, 
 
 # ---- a Hub dataset id (inventory H) -------------------------------------------------------------
 
+@pytest.mark.build
 @pytest.mark.parametrize("scenarios", [[], ["--scenarios", "quickdraw"]])
 def test_a_hub_id_offline_is_one_line(tmp_path, scenarios):
     """Before: a one-line note, then a ConnectionError (OfflineModeIsEnabled) traceback."""

@@ -32,12 +32,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.core import download, extract as extraction, source_lock
-from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
-from proactivebench_builder.pipeline import fetch_plan
+from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
+from proactivebench_builder.fetch import plan as fetch_plan, sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import fetch
-from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.plan import PlanError, plan
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BODY = bytes(range(256)) * 64  # 16 kB, every byte value
@@ -923,6 +923,21 @@ def test_a_damaged_state_file_is_ignored_and_everything_verified_from_its_bytes(
     assert json.loads(state.read_text())["files"]["f"]["size"] == len(BODY)
 
 
+def test_a_recorded_size_of_the_wrong_shape_gives_the_dry_run_no_size(tmp_path):
+    """Entries of the wrong shape (a text, a boolean, a negative size, a list, another URL)
+    give no size; a well-formed one does."""
+    spec = FileSpec(url="https://example.org/x", path="x")
+    planned = fetch_plan.PlannedFile(spec, unknown_size="nobody publishes it")
+    record = {"files": {}, "extracted": {}, "sizes": {}}
+    for bad in ({"url": spec.url, "size": "12"}, {"url": spec.url, "size": True},
+                {"url": spec.url, "size": -1}, [12], {"url": "https://example.org/y", "size": 12}):
+        record["sizes"]["x"] = bad
+        assert fetch_sizes.known_file(planned, str(tmp_path), record).size is None, bad
+    record["sizes"]["x"] = {"url": spec.url, "size": 12}
+    assert fetch_sizes.known_file(planned, str(tmp_path), record) == fetch_sizes.KnownFile(
+        "to fetch", 12, fetch_sizes.RECORDED)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder", "socket"])
 def test_a_destination_that_is_not_a_regular_file_is_named_and_kept(fake, tmp_path, kind):
     fake.routes["/f"] = serve(BODY)
@@ -1017,7 +1032,7 @@ def test_a_full_disk_is_one_line_and_nothing_partial_under_a_final_name(
 CHILD = textwrap.dedent("""
     import json, sys
     from proactivebench_builder.pipeline.commands import fetch
-    from proactivebench_builder.pipeline.fetch_plan import plan
+    from proactivebench_builder.fetch.plan import plan
     source_plan = plan(json.loads(sys.argv[1]))
     fetch.load_plans = lambda names=None: {"demo": source_plan}
     sys.exit(fetch.main(sys.argv[2:]))
@@ -1035,6 +1050,7 @@ def stalling(total: int, first: int):
     return route
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
                                                    (signal.SIGINT, 130, "interrupted"),
                                                    (signal.SIGKILL, -9, None)])
@@ -1122,6 +1138,7 @@ def test_two_downloads_where_one_is_inside_the_other_are_a_plan_error():
         plan({"name": "demo", "source_subdir": "demo", "downloads": {"files": files}})
 
 
+@pytest.mark.build
 def test_a_plugins_manifest_with_a_bad_downloads_section_is_one_line(tmp_path):
     plugin = tmp_path / "plugin"
     plugin.mkdir()

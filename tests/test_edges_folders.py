@@ -279,9 +279,10 @@ def test_stray_export_files_of_an_earlier_build_are_neither_blessed_nor_publishe
 
 def test_an_update_keeps_the_digests_of_the_export_it_keeps(tmp_path, miniature_root):
     output = str(tmp_path / "out")
-    run(output, miniature_root, "quickdraw,rod", "--no_train")
+    run(output, miniature_root, "quickdraw,rod", "--no_train", "--upstream_export")
     before = {f["path"]: f for f in read_json(os.path.join(output, BUILD_REPORT))["upstream_files"]}
-    run(output, miniature_root, "quickdraw", "--no_train")  # keeps ROD, its export included
+    run(output, miniature_root, "quickdraw", "--no_train",
+        "--upstream_export")  # keeps ROD, its export included
     after = {f["path"]: f for f in read_json(os.path.join(output, BUILD_REPORT))["upstream_files"]}
     assert after == before
     assert any(f["config"] == "Realistic-Occlusion-Dataset" for f in after.values())
@@ -722,7 +723,7 @@ def test_a_rebuild_removes_an_earlier_exports_files_and_nothing_outside(tmp_path
     output, outside = str(tmp_path / "out"), tmp_path / "outside"
     outside.mkdir()
     (outside / "precious.png").write_bytes(b"not the build's")
-    run(output, miniature_root, "quickdraw", "--no_train")
+    run(output, miniature_root, "quickdraw", "--no_train", "--upstream_export")
     stale = os.path.join(output, "upstream", "QuickDraw", "stale", "0000.png")
     os.makedirs(os.path.dirname(stale))
     shutil.copy(exported_image(output, "QuickDraw"), stale)

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from conftest import EXTRA_SCENARIO_DIR, RUNNER, run
+from conftest import EXTRA_SCENARIO_DIR, RUNNER, builds, run
 from proactivebench_builder.core.errors import OutputError
 from proactivebench_builder.core.layout import LOCK
 from proactivebench_builder.pipeline.commands import main as main_command
@@ -189,6 +189,7 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_p
     assert victim.read_text() == "precious content"
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_a_lock_file_that_is_not_a_regular_file_is_one_line_naming_it(tmp_path, kind):
     output = tmp_path / "out"
@@ -206,6 +207,7 @@ def test_a_lock_file_that_is_not_a_regular_file_is_one_line_naming_it(tmp_path, 
 
 
 @pytest.fixture(scope="module")
+@builds
 def quickdraw_build(tmp_path_factory, miniature_root) -> str:
     output = str(tmp_path_factory.mktemp("edges") / "build")
     run(output, miniature_root, "quickdraw", "--no_train", "--no_upstream_export")
@@ -266,6 +268,7 @@ def _shadowing_plugins(tmp_path) -> str:
     return str(folder)
 
 
+@pytest.mark.build
 def test_a_plugin_named_like_a_standard_module_registers_and_shadows_nothing(tmp_path):
     folder = _shadowing_plugins(tmp_path)
     code = textwrap.dedent("""
@@ -281,6 +284,7 @@ def test_a_plugin_named_like_a_standard_module_registers_and_shadows_nothing(tmp
     assert "'focus'" in done.stdout and "True True" in done.stdout, done.stdout
 
 
+@pytest.mark.build
 def test_two_plugin_folders_with_modules_of_one_name_both_load(tmp_path):
     """Each module is its own, by path: a `scenario.py` in two folders is two modules."""
     first, second = tmp_path / "one", tmp_path / "two"
@@ -307,6 +311,7 @@ def test_two_plugin_folders_with_modules_of_one_name_both_load(tmp_path):
 @pytest.mark.parametrize("command", [
     [RUN_PIPELINE, "validate", "{data}"],
     [RUN_PIPELINE, "inspect", "{data}"],
+    [RUN_PIPELINE, "publish", "{data}", "--to", "{data}-published", "--dry_run"],
     ["-m", "proactivebench_builder.runtime", "evaluate", "--data", "{data}", "--model", "oracle",
      "--results", "{data}/r.jsonl"],
 ])

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import read_json, read_jsonl
+from conftest import read_json, read_jsonl, worker_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_PIPELINE = os.path.join(REPO, "run_pipeline.py")
@@ -44,7 +44,7 @@ def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subproce
     result = subprocess.run(
         [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
          "--max_bad_fraction=0.9", f"--scenarios={scenarios}", f"--sources_root={sources}",
-         f"--output={output}", *extra],
+         f"--output={output}", *worker_flags(extra), *extra],
         capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
     return result, output
 

@@ -10,11 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import EXTRA_SCENARIO_DIR, build_once, private_miniature, read_json, read_jsonl, run
+from conftest import EXTRA_SCENARIO_DIR, builds, read_json, read_jsonl, run
+from test_packaging import SOURCE_TREE, build_sdist, install_in_fresh_venv
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.runtime import cli, environments as envs, open_ended
 from proactivebench_builder.transforms import load_scenarios
@@ -27,10 +29,10 @@ CONFIG = "Focus"
 
 
 @pytest.fixture(scope="module")
-def focus_build(tmp_path_factory):
-    root = private_miniature(tmp_path_factory, "focus")
-    output, report = build_once(tmp_path_factory, root, "focus")
-    return root, output, report
+def focus_build(shared_build, miniature_root):
+    """(sources root, output, build.json) of a shared build of the plug-in alone (read only)."""
+    output, report = shared_build(miniature_root, "focus", "--upstream_export")
+    return miniature_root, output, report
 
 
 def _rows(output: str, split: str = "test") -> list[dict]:
@@ -173,6 +175,7 @@ def test_keyword_clashes_are_refused_with_a_clear_error():
         Play(actions={"DEFOG": "defog"})
 
 
+@pytest.mark.build
 def test_a_clashing_plugin_stops_the_build_with_one_line(tmp_path):
     """A plug-in whose keyword is inside an upstream one: one clear line, exit 1, no traceback."""
     import subprocess
@@ -203,6 +206,7 @@ def test_a_scenario_declaring_no_actions_uses_every_known_keyword():
         _check(plain=Play(suggestions=("Wave a flag.",)))
 
 
+@pytest.mark.build
 def test_a_mistyped_scenario_path_stops_the_build_with_one_line(tmp_path):
     import subprocess
     import sys
@@ -281,3 +285,137 @@ def test_validate_without_the_plugin_names_the_missing_scenario_once(focus_build
         "make the scenario's module visible with PROACTIVEBENCH_SCENARIO_PATH=FOLDER or an "
         "entry point of group proactivebench_builder.scenarios (README: Adding a scenario)"]
     assert "FAILED: 1 problems" in done.stderr
+
+
+# ---- the same scenario as one module inside transforms/, installed -------------------------------
+#
+# The Focus module copied to transforms/focus.py and its manifest to source_manifests/focus.yaml
+# in a copy of the source tree, which is then packaged and installed as Dataflow's workers do it
+# (tests/test_packaging.py's sdist -> wheel -> fresh environment): no PROACTIVEBENCH_SCENARIO_PATH,
+# no file left in the source tree, and the scenario reaches the installed copy through setup.py.
+
+TREE_FILES = ("setup.py", "pyproject.toml", "run_pipeline.py", "core", "fetch", "pipeline",
+              "transforms", "filters", "source_manifests", "runtime")
+PACKAGE_MODULE = "proactivebench_builder.transforms.focus"
+
+
+def _installed_env() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PROACTIVEBENCH_SCENARIO_PATH", "PYTHONPATH", "PYTHONHOME")}
+
+
+@pytest.fixture(scope="module")
+@builds
+def installed_module(tmp_path_factory):
+    """(python of the installed copy, run_pipeline.py, workdir, sdist members) for a source tree
+    whose transforms/ holds the Focus scenario as one module."""
+    tree = tmp_path_factory.mktemp("tree")
+    for name in TREE_FILES:
+        source = os.path.join(SOURCE_TREE, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, tree / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(source, tree / name)
+    shutil.copy(os.path.join(EXTRA_SCENARIO_DIR, "focus_scenario.py"),
+                tree / "transforms" / "focus.py")
+    shutil.copy(os.path.join(EXTRA_SCENARIO_DIR, "focus.yaml"),
+                tree / "source_manifests" / "focus.yaml")
+    sdist = build_sdist(str(tree), str(tmp_path_factory.mktemp("sdist")))
+    with tarfile.open(sdist) as archive:
+        members = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
+    python = install_in_fresh_venv(sdist, tmp_path_factory)
+    workdir = tmp_path_factory.mktemp("elsewhere")
+    where = subprocess.run(
+        [python, "-c", "import sys; from proactivebench_builder.transforms import load_scenarios;"
+         " cls = load_scenarios()['focus']; print(cls.__module__);"
+         " print(sys.modules[cls.__module__].__file__); print(cls.manifest_location())"],
+        cwd=str(workdir), env=_installed_env(), capture_output=True, text=True, timeout=300)
+    assert where.returncode == 0, where.stderr[-3000:]
+    return python, str(tree / "run_pipeline.py"), workdir, members, where.stdout.splitlines()
+
+
+def _installed(installed_module, *command: str) -> subprocess.CompletedProcess:
+    python, _, workdir, _, _ = installed_module
+    return subprocess.run([python, *command], cwd=str(workdir), env=_installed_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+@builds
+def module_build(installed_module):
+    """The installed copy's build of the module scenario from its miniature (no --sources_root:
+    the installed package writes it under the working folder)."""
+    _, run_pipeline, workdir, _, _ = installed_module
+    output = str(workdir / "focus-build")
+    done = _installed(installed_module, run_pipeline, "--scenarios", "focus", "--output", output,
+                      "--runner=FnApiRunner", "--no_progress", "--upstream_export")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output
+
+
+def test_a_module_in_transforms_is_packaged_and_registered(installed_module):
+    _, _, _, members, (module, path, manifest) = installed_module
+    assert {"transforms/focus.py", "source_manifests/focus.yaml"} <= members
+    assert module == PACKAGE_MODULE and path.endswith("/proactivebench_builder/transforms/focus.py")
+    assert not path.startswith(SOURCE_TREE) and manifest == "source_manifests/focus.yaml"
+
+
+def test_a_module_in_transforms_builds_validates_and_plays(installed_module, module_build):
+    _, run_pipeline, workdir, _, _ = installed_module
+    rows = _rows(module_build)
+    assert len(rows) == 15 and read_json(os.path.join(
+        module_build, "reports", "build.json"))["scenarios"]["focus"]["dead_letters"] == 0
+    done = _installed(installed_module, run_pipeline, "validate", module_build)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    for data in (module_build, os.path.join(module_build, "upstream")):  # the export plays too
+        results = str(workdir / f"oracle-{len(data)}.jsonl")
+        done = _installed(installed_module, "-m", "proactivebench_builder.runtime", "evaluate",
+                          "--data", data, "--model", "oracle", "--results", results)
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = read_jsonl(results)
+        assert len(lines) == 15 and all(line["correct_prediction"] for line in lines)
+        assert "FOC" in done.stdout and "100.0" in done.stdout
+
+
+def test_a_module_in_transforms_is_filtered_by_predictions(installed_module, module_build):
+    _, run_pipeline, workdir, _, _ = installed_module
+    predictions = str(workdir / "predictions.jsonl")
+    done = _installed(installed_module, "-m", "proactivebench_builder.runtime", "evaluate",
+                      "--data", module_build, "--model", "random:3", "--first-round-only",
+                      "--results", predictions)
+    assert done.returncode == 0, done.stderr[-3000:]
+    leaked = {p["key"] for p in read_jsonl(predictions) if p["correct"]}
+    assert leaked
+    filtered = str(workdir / "focus-filtered")
+    done = _installed(installed_module, run_pipeline, "--scenarios", "focus", "--output", filtered,
+                      f"--predictions={predictions}", "--runner=FnApiRunner", "--no_progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = {r["key"] for r in _rows(filtered)}
+    assert kept == {r["key"] for r in _rows(filtered, "unfiltered")} - leaked
+    assert _installed(installed_module, run_pipeline, "validate", filtered).returncode == 0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("class Oops(:\n", "transforms/oops.py (line 1): SyntaxError"),
+    ("from proactivebench_builder.transforms.api import Scenario, Play\n\n\n"
+     "class Oops(Scenario):\n    name = 'oops'\n    config_name = 'Oops'\n"
+     "    environment = Play(actions={'DEFOG': ('defog',)}, suggestions=('Defog the lens.',))\n",
+     "no file 'oops.yaml' in source_manifests/ (proactivebench_builder.source_manifests)"),
+])
+def test_a_broken_module_in_transforms_is_one_line_naming_it(installed_module, text, expected):
+    """In the installed copy (never the source tree), a module added to transforms/ that fails to
+    import, or whose manifest is missing from source_manifests/, stops a build in one line."""
+    _, run_pipeline, workdir, _, (_, path, _) = installed_module
+    added = os.path.join(os.path.dirname(path), "oops.py")
+    with open(added, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    try:
+        done = _installed(installed_module, run_pipeline, "--scenarios", "oops", "--output",
+                          str(workdir / "oops"), "--runner=FnApiRunner", "--no_progress")
+    finally:
+        os.remove(added)
+    lines = [line for line in done.stderr.strip().splitlines() if " INFO " not in line]
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, \
+        done.stderr[-3000:]
+    assert expected in lines[0]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import pytest
 from PIL import Image
 
-from conftest import read_jsonl, run
+from conftest import IN_PROCESS, read_jsonl, run
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms import get_scenario, load_scenarios
 
@@ -566,7 +566,7 @@ def test_max_bad_fraction_fails_the_build_with_a_clear_message(tmp_path, miniatu
     sources_root, root = copy_source(miniature_root, tmp_path, "quickdraw")
     inject_quickdraw(root)
     common = [f"--sources_root={sources_root}", "--scenarios=quickdraw",
-              "--runner=FnApiRunner", "--no_train"]
+              "--runner=FnApiRunner", IN_PROCESS, "--no_train"]
     with pytest.raises(BuildFailed, match=r"too many bad inputs \(--max_bad_fraction=0\.01\): "
                                           r"quickdraw: 5 of \d+ raw items"):
         run_build([f"--output={tmp_path / 'a'}", "--max_bad_fraction=0.01", *common])

@@ -1,4 +1,4 @@
-"""`run_pipeline.py fetch` (pipeline/commands/fetch.py, core/download.py, core/extract.py)
+"""`run_pipeline.py fetch` (pipeline/commands/fetch.py, fetch/download.py, fetch/extract.py)
 against a local HTTP server: the bundled miniature sources, written by the scenarios, packed
 and laid out as the real download URLs are (https://HOST/PATH served at
 http://127.0.0.1:PORT/HOST/PATH, fetched with --mirror), with the manifests' pins replaced by
@@ -21,11 +21,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.core import extract as extraction
-from proactivebench_builder.core.download import STATE_DIR, Downloader, FileSpec
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.pipeline.commands import fetch
-from proactivebench_builder.pipeline.fetch_plan import (
+from proactivebench_builder.fetch.plan import (
     SOURCES_ROOT_PLACEHOLDER, PlanError, plan)
+from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.transforms import manifest_of
 
 FETCHED = ("quickdraw", "imagenet_c", "coco", "rod", "changeit")
@@ -349,6 +350,37 @@ def test_remove_archives_keeps_a_rerun_from_downloading_them(tmp_path, server, p
     assert code == 0 and server.log == []
 
 
+def test_extracting_and_verifying_a_copy_in_place_are_said_before_they_start(
+        tmp_path, server, plans, stderr_at_calls):
+    """The long steps that receive nothing, one line each on stderr (unless --no_progress)."""
+    from proactivebench_builder.fetch import download
+
+    root = str(tmp_path / "sources")
+    args = [f"--sources_root={root}", f"--mirror={server.url}", "--retry_wait=0",
+            "--scenarios=coco"]
+    stderr_at_calls.watch(extraction, "extract")
+    assert fetch.main(args) == 0
+    archives = [p.spec.path for p in plans["coco"].files]
+    said = [line for line in stderr_at_calls.lines() if line.startswith("fetch: coco/")]
+    assert sorted(line.split(": ")[1] for line in said) == sorted(f"coco/{a}" for a in archives)
+    assert all(re.fullmatch(r"fetch: coco/\S+: extracting it \([\d.]+ [kM]?B\)", line)
+               for line in said), said
+    assert ": extracting it (" in stderr_at_calls.at_first_call["extract"].splitlines()[-1]
+
+    stderr_at_calls.watch(download, "_hash_file")
+    before = len(stderr_at_calls.lines())
+    assert fetch.main(args + ["--rehash"]) == 0  # every copy in place is read again
+    said = stderr_at_calls.lines()[before:]
+    assert sorted(line.split(": ")[1] for line in said) == sorted(f"coco/{a}" for a in archives)
+    assert all(": verifying the copy in place (" in line for line in said), said
+    assert ": verifying the copy in place (" in \
+        stderr_at_calls.at_first_call["_hash_file"].splitlines()[-1]
+
+    before = len(stderr_at_calls.lines())
+    assert fetch.main(args + ["--rehash", "--no_progress"]) == 0
+    assert stderr_at_calls.lines()[before:] == []
+
+
 # ---- interrupted, corrupted, missing ---------------------------------------------------------
 
 
@@ -542,6 +574,48 @@ def test_dry_run_lists_and_asks_nothing(tmp_path, server, plans, capsys):
     assert not os.path.exists(tmp_path / "sources")
 
 
+def test_a_dry_run_before_any_fetch_shows_the_pinned_sizes_and_says_why_the_others_are_unknown(
+        tmp_path, capsys):
+    code = fetch.main([f"--sources_root={tmp_path}", "--scenarios=quickdraw,rod", "--dry_run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "rod/rod_0.tar.gz: to fetch, 1.4 GB <- https://huggingface.co/" in out
+    assert "rod/classes_rod.py: to fetch, 432 B <- " in out
+    assert "quickdraw/simplified/cat.ndjson: to fetch, size unknown <- " in out
+    rod = sum(p.spec.size for p in plan(manifest_of("rod")).files if p.spec.size)
+    assert (f"fetch --dry_run: 349 files; the 3 of known size come to {human_size(rod)} "
+            f"({human_size(rod)} published); 346 of unknown size; nothing was "
+            "downloaded") in out
+    assert ("  size unknown for 345 quickdraw files: QuickDraw's bucket publishes no sizes; "
+            "fetch learns each when it downloads it") in out
+    assert "  size unknown for rod/dataset_info.json: the repo's listing gives no " in out
+
+
+def test_a_dry_run_after_a_fetch_shows_the_sizes_fetch_recorded(tmp_path, server, plans,
+                                                                 mirror, capsys):
+    """Files nothing pins: the verified ones with their recorded sizes, a partial download with
+    the size its server announced; nothing is asked of the server."""
+    root = str(tmp_path / "sources")
+    info = next(p.spec for p in plans["rod"].files if p.spec.path == "dataset_info.json")
+    info_url = "/" + served_path("", info.url).lstrip("/")
+    server.drop.add(info_url)
+    code, _, _ = run_fetch(capsys, root, server, "--scenarios=quickdraw,rod", "--retries=0")
+    assert code == 1  # the dropped file: kept as a partial download
+    server.clear()
+    code, out, _ = run_fetch(capsys, root, server, "--scenarios=quickdraw,rod", "--dry_run")
+    assert code == 0 and server.log == []
+    for planned in plans["quickdraw"].files:
+        size = os.path.getsize(served_path(mirror, planned.spec.url))
+        assert (f"quickdraw/{planned.spec.path}: present, verified by an earlier fetch, "
+                f"{human_size(size)} (recorded by fetch) <- ") in out
+    info_size = os.path.getsize(served_path(mirror, info.url))
+    assert re.search(r"rod/dataset_info\.json: partly fetched \(\d+ B received, resumed when "
+                     rf"run\), {info_size} B \(recorded by fetch\) <- ", out), out
+    assert "of unknown size" not in out and "size unknown" not in out
+    total = len(plans["quickdraw"].files) + len(plans["rod"].files)
+    assert f"fetch --dry_run: {total} files; the {total} of known size come to " in out
+
+
 # ---- the manual steps agree with docs/sources.md ---------------------------------------------
 
 
@@ -584,6 +658,8 @@ def test_every_packaged_download_is_pinned_or_says_why_not():
                 assert planned.pins_from.startswith("https://"), (name, spec.path)
             else:
                 assert planned.record_only and len(planned.record_only) > 20, (name, spec.path)
+            if spec.size is None and planned.approx_size is None:  # fetch's dry run says why
+                assert planned.unknown_size and len(planned.unknown_size) > 20, (name, spec.path)
             assert spec.url.startswith(("https://", "http://images.cocodataset.org/"))
     qd = plan(manifest_of("quickdraw"))
     assert len(qd.files) == 345
@@ -605,6 +681,10 @@ def test_every_packaged_download_is_pinned_or_says_why_not():
     ({"url": "https://x/y", "path": "y.txt", "record_only": "why not",
       "extract": {"into": "."}}, "not a .tar"),
     ({"url": "https://x/y", "path": "y", "record_only": "why not", "colour": 1}, "unknown key"),
+    ({"url": "https://x/y", "path": "y", "record_only": "why not", "unknown_size": ""},
+     "unknown_size must say why"),
+    ({"url": "https://x/y", "path": "y", "record_only": "why not", "unknown_size": "because",
+      "size": 3, "pins_from": "https://x/"}, "unknown_size with a size"),
 ])
 def test_malformed_downloads_sections_are_named(entry, message):
     manifest = {"name": "demo", "source_subdir": "demo", "downloads": {"files": [entry]}}
@@ -761,7 +841,8 @@ def test_imagenet_c_has_approximate_sizes_in_the_dry_run_and_the_disk_check(tmp_
                        "--dry_run"]) == 0
     out = capsys.readouterr().out
     assert "imagenet_c/noise.tar: to fetch, ~21.0 GB (approximate)" in out
-    assert "0 B published + ~62.0 GB approximate; nothing was downloaded" in out
+    assert ("the 5 of known size come to ~62.0 GB (~62.0 GB approximate); nothing was "
+            "downloaded") in out
     plans = fetch.chosen(fetch.load_plans(), "imagenet_c")
     jobs = [(str(tmp_path), p.spec) for p in plans["imagenet_c"].files]
     approx = {str(tmp_path): {p.spec.path: p.approx_size for p in plans["imagenet_c"].files}}

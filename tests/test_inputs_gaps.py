@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import read_json, read_jsonl
+from conftest import IN_PROCESS, builds, read_json, read_jsonl, worker_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_PIPELINE = os.path.join(REPO, "run_pipeline.py")
@@ -38,7 +38,7 @@ def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subproce
     result = subprocess.run(
         [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
          "--max_bad_fraction=0.9", f"--scenarios={scenarios}", f"--sources_root={sources}",
-         f"--output={output}", *extra],
+         f"--output={output}", *worker_flags(extra), *extra],
         capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
     return result, output
 
@@ -114,6 +114,7 @@ def test_a_socket_a_link_loop_or_a_folder_in_place_of_a_source_file_is_a_dead_le
 
 
 @pytest.fixture(scope="module")
+@builds
 def video_fifo_build(tmp_path_factory, miniature_root):
     """A ChangeIt build whose one .webm video is a FIFO."""
     tmp_path = tmp_path_factory.mktemp("video_fifo")
@@ -262,6 +263,7 @@ def release_labels(tmp_path, jsonl: bytes | None, make=None) -> subprocess.Compl
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
 
 
+@pytest.mark.build
 def test_release_lines_that_are_not_records_are_notes(tmp_path):
     result = release_labels(tmp_path, b'[1]\n"x"\n\xff\xfe\n{"image_template": 5, "answer": [1]}\n')
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
@@ -269,6 +271,7 @@ def test_release_lines_that_are_not_records_are_notes(tmp_path):
     assert not (tmp_path / "mvpn").exists()
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("make, what", [
     (os.mkfifo, "not a regular file"),
     (lambda path: open(path, "wb").truncate(300 << 20), "far more than a released JSONL file"),
@@ -279,6 +282,7 @@ def test_a_release_jsonl_that_is_not_a_small_regular_file_is_one_line(tmp_path, 
     assert result.returncode == 2 and len(lines) == 1 and what in lines[0], result.stderr
 
 
+@pytest.mark.build
 def test_a_release_line_nested_too_deeply_is_not_a_traceback(tmp_path):
     result = release_labels(tmp_path, b"[" * 100000 + b"]" * 100000 + b"\n")
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -385,7 +389,7 @@ def test_fetch_downloads_through_the_proxy_the_environment_names(monkeypatch, tm
     same way whatever carried them."""
     import hashlib
 
-    from proactivebench_builder.core.download import Downloader, FileSpec
+    from proactivebench_builder.fetch.download import Downloader, FileSpec
 
     body = bytes(range(256)) * 16
     proxy = _Proxy(body)
@@ -424,6 +428,7 @@ def test_a_marker_left_on_a_remote_output_is_refused_naming_how_to_remove_it(con
     assert fileio.read_bytes(f"{output}/.build.lock") == content
 
 
+@pytest.mark.build
 def test_a_marker_of_a_dead_build_on_this_host_is_taken_over_and_removed():
     import socket as socket_
     import uuid
@@ -480,6 +485,7 @@ def released_counts_check(tmp_path, make) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
 
 
+@pytest.mark.build
 def test_a_release_that_is_not_the_release_is_one_line_before_any_work(tmp_path):
     result = released_counts_check(
         tmp_path, lambda path: open(path, "wb").write(b'{"id": 1}\n[1]\nnot json\n'))
@@ -489,6 +495,7 @@ def test_a_release_that_is_not_the_release_is_one_line_before_any_work(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.build
 def test_a_release_line_nested_too_deeply_is_skipped_by_the_count(tmp_path):
     result = released_counts_check(tmp_path, lambda path: open(path, "wb").write(b"[" * 100000 + b"\n"))
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -503,6 +510,7 @@ def _fifo_check(tmp_path) -> str:
     return result.stderr
 
 
+@pytest.mark.build
 def test_a_release_jsonl_that_is_a_fifo_is_one_line_when_counted(tmp_path):
     stderr = _fifo_check(tmp_path)
     assert stderr != "hang", "the build blocked on the FIFO"
@@ -512,6 +520,7 @@ def test_a_release_jsonl_that_is_a_fifo_is_one_line_when_counted(tmp_path):
 # ---- a partial rebuild reads the folder's previous reports --------------------------------------
 
 @pytest.fixture(scope="module")
+@builds
 def two_scenario_build(tmp_path_factory, miniature_root):
     """A complete build of QuickDraw and ImageNet-C (no train split), for updates to copy."""
     tmp_path = tmp_path_factory.mktemp("two_scenarios")
@@ -553,9 +562,10 @@ def test_an_update_over_damaged_previous_reports_is_one_line_or_rebuilt(
     damage(os.path.join(output, "reports", "dead_letters.jsonl"))
     try:
         result = subprocess.run(
-            [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
-             "--max_bad_fraction=0.9", "--scenarios=quickdraw", f"--sources_root={sources}",
-             f"--output={output}", "--set", "quickdraw.samples_per_class=5"],
+            [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", IN_PROCESS, "--no_progress",
+             "--no_train", "--max_bad_fraction=0.9", "--scenarios=quickdraw",
+             f"--sources_root={sources}", f"--output={output}", "--set",
+             "quickdraw.samples_per_class=5"],
             capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     except subprocess.TimeoutExpired:
         pytest.fail("the update blocked")
@@ -574,6 +584,7 @@ def publish_to(folder: str, target: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
+@builds
 def published(two_scenario_build, tmp_path_factory):
     _, folder = two_scenario_build
     target = str(tmp_path_factory.mktemp("published") / "target")
@@ -644,6 +655,7 @@ def run_fetch(tmp_path, *flags: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("mirror", ["nosuch://x", "file:///etc"])
 def test_a_mirror_that_is_not_http_is_one_line_before_any_request(tmp_path, mirror):
     result = run_fetch(tmp_path, "--mirror", mirror)
@@ -652,6 +664,7 @@ def test_a_mirror_that_is_not_http_is_one_line_before_any_request(tmp_path, mirr
         result.stderr
 
 
+@pytest.mark.build
 def test_a_mirror_url_that_cannot_be_split_is_one_line(tmp_path):
     result = run_fetch(tmp_path, "--mirror", "http://[::1")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

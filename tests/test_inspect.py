@@ -94,6 +94,22 @@ def test_command_line(built_miniature, tmp_path, capsys):
     assert "contact sheets" in capsys.readouterr().out
 
 
+def test_each_phase_is_said_before_its_work(built_miniature, tmp_path, stderr_at_calls):
+    from proactivebench_builder.core import buildfolder
+    from proactivebench_builder.pipeline.commands import inspect
+
+    stderr_at_calls.watch(buildfolder, "_sizes_and_sha256")
+    stderr_at_calls.watch(inspect, "render_sheet")
+    assert main([built_miniature, "--out", str(tmp_path / "out"), "--per-scenario", "1"]) == 0
+    said = [line.removeprefix("run_pipeline.py inspect: ") for line in stderr_at_calls.lines()]
+    configs = len(configs_of(built_miniature))
+    assert re.fullmatch(r"checking the sha256 of \d+ shards and reports \(.*B\)", said[0])
+    assert said[1:] == [f"drawing 1 sampled row of each config ({configs} configs)"]
+    first = {name: text.splitlines()[-1].removeprefix("run_pipeline.py inspect: ")
+             for name, text in stderr_at_calls.at_first_call.items()}
+    assert first == {"_sizes_and_sha256": said[0], "render_sheet": said[1]}
+
+
 def test_default_output_is_inside_the_folder(built_miniature, tmp_path):
     copy = str(tmp_path / "built")
     shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream"))

@@ -2,7 +2,8 @@
 inside functions included), and a scenario's knowledge in its own folder only.
 
     core  <-  transforms (scenarios)  <-  filters  <-  pipeline (the Beam graph)  <-  commands
-      ^              ^
+      ^              ^                                                                   |
+      |              +-------------------- fetch (getting and checking the sources)  <---+
       +-- runtime ---+           (the runtime reads the core and the scenarios' declarations)
 
 Nothing is run: the product code is parsed (`ast`), as a reader would read it.
@@ -15,11 +16,12 @@ import re
 
 import pytest
 
+from proactivebench_builder import transforms
 from proactivebench_builder.transforms import load_scenarios
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "proactivebench_builder"
-PRODUCT = ("core", "transforms", "filters", "pipeline", "runtime", "source_manifests")
+PRODUCT = ("core", "transforms", "filters", "pipeline", "runtime", "source_manifests", "fetch")
 
 # What each layer may import of ours (a module's own package is always allowed).
 MAY_IMPORT = {
@@ -27,7 +29,9 @@ MAY_IMPORT = {
     "transforms": {"core", "transforms"},
     "filters": {"core", "filters"},
     "pipeline": {"core", "transforms", "filters", "pipeline"},
-    "commands": {"core", "transforms", "filters", "pipeline", "commands"},
+    # fetch reads the scenarios' manifests (their downloads: and pins), never the Beam graph
+    "fetch": {"core", "transforms", "fetch"},
+    "commands": {"core", "transforms", "filters", "pipeline", "fetch", "commands"},
     "runtime": {"core", "transforms", "runtime"},
     "source_manifests": set(),
 }
@@ -165,7 +169,7 @@ def test_no_file_outside_a_scenario_folder_names_it_or_holds_its_option_texts():
     found = []
     for module, path in MODULES.items():
         parts = module.split(".")
-        own = parts[1] if parts[0] == "transforms" and len(parts) > 2 else None
+        own = parts[1] if parts[0] == "transforms" and len(parts) > 1 else None  # folder or module
         own_texts = marks[own][1] if own in marks else []
         for line, text in string_literals(path):
             tokens = set(re.findall(r"[A-Za-z0-9_\-]+", text))
@@ -182,6 +186,28 @@ def test_no_file_outside_a_scenario_folder_names_it_or_holds_its_option_texts():
 
 @pytest.mark.parametrize("name", sorted(scenario_marks()))
 def test_each_scenario_is_a_folder_with_its_play_and_miniature(name):
-    folder = os.path.join(REPO, "transforms", name)
-    assert {"__init__.py", "scenario.py", "play.py", "miniature.py"} <= set(os.listdir(folder))
+    """The built-ins' shape: a folder each. A scenario that is one module of transforms/ (as a
+    user may add) has only its manifest to show."""
+    parts = load_scenarios()[name].__module__.split(".")
+    if len(parts) > 3:  # proactivebench_builder.transforms.<folder>.<module>
+        folder = os.path.join(REPO, "transforms", parts[2])
+        assert {"__init__.py", "scenario.py", "play.py", "miniature.py"} <= set(os.listdir(folder))
     assert os.path.exists(os.path.join(REPO, "source_manifests", f"{name}.yaml"))
+
+
+def scenario_modules() -> list[str]:
+    """Every module of a scenario of this package (its folder's or its one module)."""
+    shared = {f"transforms.{name}" for name in transforms.SHARED_MODULES}
+    return sorted(m for m in MODULES if m.startswith("transforms.") and m not in shared)
+
+
+def test_scenarios_import_our_code_through_the_api_alone():
+    """A scenario imports what it needs of ours from `transforms.api` and nothing else but its
+    own folder's modules, so that the project's other modules can move behind the API."""
+    wrong = []
+    for module in scenario_modules():
+        own = ".".join(module.split(".")[:2])  # transforms.<scenario>
+        for target, line, _ in GRAPH[module]:
+            if target != "transforms.api" and target != own and not target.startswith(own + "."):
+                wrong.append(f"{MODULES[module]}:{line}: {module} imports {target}")
+    assert not wrong, "\n".join(wrong)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_once, private_miniature, read_jsonl, run, shard_files
+from conftest import build_report, builds, read_jsonl, run, shard_files
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
@@ -33,18 +33,14 @@ def display(cls: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory) -> str:
-    return os.path.join(private_miniature(tmp_path_factory, "mvpn"), MANIFEST["source_subdir"])
+def source(miniature_root) -> str:
+    return os.path.join(miniature_root, MANIFEST["source_subdir"])
 
 
 @pytest.fixture(scope="module")
-def sources_root(source) -> str:
-    return os.path.dirname(source)
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, sources_root, "mvpn", "--upstream_export")
+def built(built_miniature) -> tuple[str, dict]:
+    """The shared build of every scenario (read only) and its report."""
+    return built_miniature, build_report(built_miniature)
 
 
 @pytest.fixture(scope="module")
@@ -197,11 +193,11 @@ def test_upstream_export_has_every_file_the_environment_opens(built, rows, sourc
 
 # ---- determinism ------------------------------------------------------------------------------
 
-def test_rebuild_is_byte_identical(built, sources_root, tmp_path):
+def test_rebuild_is_byte_identical(built, miniature_root, tmp_path):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, sources_root, "mvpn", "--upstream_export")
-    assert shard_files(again) == shard_files(output)
+    run(again, miniature_root, "mvpn", "--upstream_export")
+    assert shard_files(again) == shard_files(output, CONFIG)
     name = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
     with open(os.path.join(output, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
         assert a.read() == b.read()
@@ -290,6 +286,7 @@ def informative_view(data: str, set_folder: str) -> str:
 
 
 @pytest.fixture(scope="module")
+@builds
 def damaged(tmp_path_factory, source) -> tuple[str, dict, str]:
     """A copy of the miniature with every kind of bad raw item, built with no bad-ratio limit."""
     root = tmp_path_factory.mktemp("mvpn_damaged")
@@ -326,7 +323,8 @@ def damaged(tmp_path_factory, source) -> tuple[str, dict, str]:
     ]
     write(os.path.join(lists, "test_0041_100.pkl"), pickle.dumps(elements + bad))
     output = os.path.join(str(root), "out")
-    report = run(output, os.path.dirname(src), "mvpn", "--max_bad_fraction=1")
+    report = run(output, os.path.dirname(src), "mvpn", "--max_bad_fraction=1",
+                 "--upstream_export")
     return output, report, marker
 
 

@@ -20,7 +20,7 @@ import shutil
 
 import pytest
 
-from conftest import RUNNER
+from conftest import IN_PROCESS, RUNNER
 from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.runtime import cli as runtime_cli
 
@@ -133,8 +133,8 @@ def test_a_byte_order_mark_opening_an_upstream_jsonl_is_not_a_bad_record(built_m
     lines = jsonl.read_bytes()
     jsonl.write_bytes(b"\xef\xbb\xbf" + lines)
     out = tmp_path / "imported"
-    build.main([RUNNER, "--import_upstream", str(upstream), "--scenarios", "quickdraw",
-                "--output", str(out), "--no_progress"])
+    build.main([RUNNER, IN_PROCESS, "--import_upstream", str(upstream), "--scenarios",
+                "quickdraw", "--output", str(out), "--no_progress"])
     report = json.loads((out / "reports" / "build.json").read_text())
     assert report["scenarios"]["quickdraw"]["dead_letters"] == 0
     assert report["scenarios"]["quickdraw"]["samples"] == lines.count(b"\n")

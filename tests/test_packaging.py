@@ -29,10 +29,11 @@ import sys
 import tarfile
 
 import pytest
-from conftest import shard_files
+from conftest import builds, shard_files
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core")
+PACKAGE_FOLDERS = ("pipeline", "transforms", "filters", "source_manifests", "runtime", "core",
+                   "fetch")
 DATA_SUFFIXES = (".yaml", ".json")
 
 # Runs inside the new environment: proves where the code comes from, then builds.
@@ -72,21 +73,18 @@ def expected_members() -> set[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def sdist(tmp_path_factory) -> str:
-    """The archive Beam's stager would build for `--setup_file ./setup.py` (same command)."""
-    outdir = tmp_path_factory.mktemp("sdist")
+def build_sdist(tree: str, outdir: str) -> str:
+    """The archive Beam's stager would build for `--setup_file <tree>/setup.py` (same command)."""
     subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir",
-                    str(outdir), SOURCE_TREE], cwd=SOURCE_TREE, check=True,
-                   capture_output=True)
+                    outdir, tree], cwd=tree, check=True, capture_output=True)
     archives = [n for n in os.listdir(outdir) if n.endswith(".tar.gz")]
     assert len(archives) == 1, archives
-    return str(outdir / archives[0])
+    return os.path.join(outdir, archives[0])
 
 
-@pytest.fixture(scope="module")
-def venv_python(sdist, tmp_path_factory) -> str:
-    """A fresh virtual environment with the sdist installed (see the module docstring)."""
+def install_in_fresh_venv(sdist: str, tmp_path_factory) -> str:
+    """The python of a fresh virtual environment with `sdist` installed (see the module
+    docstring)."""
     wheels = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
                     "--no-build-isolation", "--wheel-dir", str(wheels), sdist],
@@ -109,6 +107,19 @@ def venv_python(sdist, tmp_path_factory) -> str:
                     "--ignore-installed", "--prefix", str(venv), "--no-warn-script-location",
                     wheel[0]], check=True, capture_output=True)
     return python
+
+
+@pytest.fixture(scope="module")
+@builds
+def sdist(tmp_path_factory) -> str:
+    return build_sdist(SOURCE_TREE, str(tmp_path_factory.mktemp("sdist")))
+
+
+@pytest.fixture(scope="module")
+@builds
+def venv_python(sdist, tmp_path_factory) -> str:
+    """A fresh virtual environment with the sdist installed (see the module docstring)."""
+    return install_in_fresh_venv(sdist, tmp_path_factory)
 
 
 def test_sdist_holds_every_module_and_manifest(sdist):

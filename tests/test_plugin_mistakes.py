@@ -84,6 +84,7 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("config_key, extra, expected", [
     ("config_nmae", "", "lacks ['config_name'] (is 'config_nmae' a misspelling of 'config_name'?)"),
     ("config_name", "parameter_rule: {rows_per_shard: {type: int}}",
@@ -95,12 +96,14 @@ def test_a_misspelt_manifest_key_is_one_line_naming_it(tmp_path, config_key, ext
     assert "mist.yaml" in line and expected in line
 
 
+@pytest.mark.build
 def test_two_modules_registering_one_name_is_one_line(tmp_path):
     folder = plugin_folder(tmp_path, second=True)
     line = one_error_line(build_with(tmp_path, folder, "--scenarios=mist"))
     assert "two scenarios are named 'mist'" in line
 
 
+@pytest.mark.build
 def test_a_plugin_that_does_not_import_is_one_line_naming_the_file(tmp_path):
     folder = plugin_folder(tmp_path)
     with open(os.path.join(folder, "broken_scenario.py"), "w") as handle:
@@ -109,6 +112,7 @@ def test_a_plugin_that_does_not_import_is_one_line_naming_the_file(tmp_path):
     assert "broken_scenario.py (line 1): SyntaxError" in line
 
 
+@pytest.mark.build
 def test_an_unknown_scenario_names_the_variable_a_plugin_needs(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"),
                            "--scenarios=fogg", RUNNER], capture_output=True, text=True,

@@ -15,7 +15,7 @@ from collections import defaultdict
 import datasets
 import pytest
 
-from conftest import read_json, run
+from conftest import IN_PROCESS, builds, read_json, run
 
 from proactivebench_builder.core.errors import BuildFailed
 from proactivebench_builder.runtime.cli import main as evaluate
@@ -32,6 +32,7 @@ def first_round(data, results, model, *extra):
 
 
 @pytest.fixture(scope="module")
+@builds
 def loop(tmp_path_factory, miniature_root):
     """build -> first round of every model into one file -> rebuild with --predictions."""
     root = tmp_path_factory.mktemp("loop")
@@ -135,7 +136,7 @@ def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniatu
     fresh = str(tmp_path / "fresh")
     done = subprocess.run(
         [sys.executable, RUN_PIPELINE, f"--output={fresh}", f"--sources_root={miniature_root}",
-         f"--scenarios={SCENARIOS}", "--runner=FnApiRunner", "--no_train",
+         f"--scenarios={SCENARIOS}", "--runner=FnApiRunner", IN_PROCESS, "--no_train",
          f"--predictions={test_only}"], capture_output=True, text=True, cwd=str(tmp_path))
     assert done.returncode == 2, done.stderr[-2000:]
     failure = [line for line in done.stderr.splitlines() if "BUILD FAILED" in line]

@@ -2,14 +2,13 @@
 when the display is on. No timing is asserted: times are passed in."""
 from __future__ import annotations
 
-import io
 import json
 import os
 
 from proactivebench_builder.pipeline import progress
 from proactivebench_builder.pipeline.progress import LISTED, READ, State, render, time_left
 
-from conftest import run
+from conftest import FakeStream, run
 
 
 def records(folder: str) -> list[dict]:
@@ -92,15 +91,6 @@ def test_time_left():
     assert time_left(0, 0, None, 1.0) is None
 
 
-class FakeStream(io.StringIO):
-    def __init__(self, tty: bool):
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self):
-        return self.tty
-
-
 def test_quiet_when_not_a_terminal_unless_asked():
     assert progress.enabled(None, FakeStream(tty=True))
     assert not progress.enabled(None, FakeStream(tty=False))
@@ -145,3 +135,42 @@ def test_a_build_with_progress_forced_on_reports_every_unit_and_shard(tmp_path, 
         assert f"samples {report['scenarios'][name]['samples']:>6}" in last, last
         written, planned = last.rsplit("shards", 1)[1].split()[0].split("/")
         assert written == planned != "0", last
+
+
+def test_the_checks_after_the_pipeline_are_said_in_the_log_before_they_run(
+        tmp_path, miniature_root, monkeypatch):
+    """Stderr not a terminal: each check of the written folder is a line of the build's log,
+    said before its work starts."""
+    from proactivebench_builder.core import buildfolder
+    from proactivebench_builder.pipeline.commands import build, validate
+
+    class Log(list):
+        def info(self, message, *args):
+            self.append(message % args if args else message)
+
+        warning = info
+
+    log, at_call = Log(), {}  # the log, and its last line at the first call of each check
+
+    def watch(owner, name: str) -> None:
+        original = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            at_call.setdefault(name, log[-1])
+            return original(*args, **kwargs)
+        monkeypatch.setattr(owner, name, call)
+
+    monkeypatch.setattr(build, "LOG", log)
+    watch(build, "write_build_plots")
+    watch(buildfolder, "_sizes_and_sha256")
+    watch(validate, "row_problems")
+    report = run(str(tmp_path / "out"), miniature_root, "rod")
+    checks = log[log.index(next(line for line in log if line.startswith("drawing"))):]
+    rows = sum(report["scenarios"]["rod"]["rows"].values())
+    assert checks[:3] == [
+        "drawing the build's plots",
+        f"checking the sha256 of {len(report['files']) + len(report['report_files'])} shards "
+        f"and reports ({checks[1].split(' (')[1]}",
+        f"checking every row against the record contract (frames not read) ({rows} rows)"]
+    assert at_call == {"write_build_plots": checks[0], "_sizes_and_sha256": checks[1],
+                       "row_problems": checks[2]}

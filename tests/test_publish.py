@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import re
 import shutil
 import types
 import zipfile
@@ -26,7 +27,7 @@ from proactivebench_builder.pipeline import publish  # noqa: E402
 from proactivebench_builder.pipeline.commands import publish as publish_command  # noqa: E402
 from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
-from conftest import file_bytes, file_text, read_json
+from conftest import file_bytes, file_text, read_json, s3_environment, s3_objects
 
 REPO = "someone/proactivebench-test"
 
@@ -137,6 +138,15 @@ class FakeHub:
         operations = list(operations)
         if parent_commit is not None and parent_commit != self.sha:
             raise RuntimeError("parent commit is not the head: concurrent push")
+        if self.fail_commit == "500":  # the Hub's server error, its text spread over lines
+            import requests
+
+            response = requests.Response()
+            response.status_code = 500
+            raise huggingface_hub.errors.HfHubHTTPError(
+                "500 Server Error: Internal Server Error for url: https://hub/api/commit\n"
+                "Request ID: abc\n\nInternal Error - We're working hard to fix this",
+                response=response)
         if self.fail_commit:
             raise ConnectionError("connection reset while committing")
         for op in operations:
@@ -324,7 +334,7 @@ def test_the_validate_command_is_consulted(built, tmp_path, monkeypatch, capsys)
     monkeypatch.undo()  # the real record_contract, which calls validate_command
     seen = []
     monkeypatch.setattr(validate_command, "validate_folder",
-                        lambda path: seen.append(path) or ["row 3: answer not in categories"])
+                        lambda path, **_: seen.append(path) or ["row 3: answer not in categories"])
     assert main([built, "--to", str(tmp_path / "published")]) == 2
     assert seen == [built] and "answer not in categories" in capsys.readouterr().err
 
@@ -458,6 +468,35 @@ def test_resume_after_a_failed_atomic_commit(built, monkeypatch, capsys):
     assert {p: b for p, b in hub.files.items() if p != ".gitattributes"} == expected_repo(built)
 
 
+def test_a_hub_error_spread_over_lines_is_one_failed_line_last(built, monkeypatch, capsys):
+    """The client's text of a server error holds newlines: the last line a log keeps is the
+    whole message, opened by PUBLISH FAILED, naming the repo and how to resume."""
+    hub = FakeHub().install(monkeypatch)
+    hub.fail_commit = "500"
+    assert main([built, "--repo_id", REPO]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("PUBLISH FAILED: ") and REPO in lines[-1], lines
+    assert "Internal Error - We're working hard" in lines[-1]
+    assert "Re-run the same command to resume" in lines[-1]
+    assert not any("Request ID" in line for line in lines[:-1]), lines
+
+
+def test_a_hub_warning_is_shown_once(capsys):
+    """huggingface_hub prints its warnings (a 429 and its retry) through a handler of its
+    own; Beam's root handler would print each a second time."""
+    import logging
+
+    import apache_beam  # noqa: F401 - installs the root handler a build process has
+    from proactivebench_builder.core.cli import quiet_store_clients
+
+    quiet_store_clients()
+    huggingface_hub.utils.logging.get_logger("huggingface_hub.utils._http").warning(
+        "HTTP Error 429 thrown while requesting PUT https://hub/api/x")
+    err = capsys.readouterr().err
+    assert err.count("HTTP Error 429") <= 1, err
+    assert logging.getLogger("huggingface_hub").propagate is False
+
+
 def test_missing_repo_needs_create(built, monkeypatch, capsys):
     hub = FakeHub(exists=False).install(monkeypatch)
     assert main([built, "--repo_id", REPO]) == 2
@@ -509,3 +548,107 @@ def test_publish_to_any_fsspec_url(built, capsys):
     assert main([built, "--to", url, "--dry-run"]) == 0
     assert "nothing to do" in capsys.readouterr().out
     fs.rm(root, recursive=True)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def said_by_publish(stderr_at_calls) -> list[str]:
+    """The phase lines publish wrote on stderr, without their sizes."""
+    return [line.removeprefix("run_pipeline.py publish: ").split(" (")[0]
+            for line in stderr_at_calls.lines() if line.startswith("run_pipeline.py publish: ")]
+
+
+def last_said_before(stderr_at_calls, name: str) -> str:
+    return stderr_at_calls.at_first_call[name].splitlines()[-1].removeprefix(
+        "run_pipeline.py publish: ").split(" (")[0]
+
+
+def test_a_folder_publish_says_each_phase_before_its_work(built, tmp_path, stderr_at_calls):
+    for name in ("built_file", "write_deterministic_zip"):
+        stderr_at_calls.watch(publish, name)
+    stderr_at_calls.watch(publish.FsspecTarget, "write_temporary")
+    target = str(tmp_path / "published")
+    assert main([built, "--to", target, "--with_upstream"]) == 0
+    files = len(publish.built_files(built))
+    images = sum("/" in name for name in publish.exported_files(built))
+    said = said_by_publish(stderr_at_calls)
+    assert re.fullmatch(r"checking the sha256 of \d+ shards and reports", said[0])
+    assert said[1:] == [
+        f"checking the sha256 of {len(publish.exported_files(built))} exported files",
+        f"hashing the {files} files to publish",
+        f"packing the upstream export's {images:,} images into zips",
+        f"writing {len(publish.list_files(target))} files into the target"]
+    assert last_said_before(stderr_at_calls, "built_file") == said[2]
+    assert last_said_before(stderr_at_calls, "write_deterministic_zip") == said[3]
+    assert last_said_before(stderr_at_calls, "write_temporary") == said[4]
+
+    assert main([built, "--to", target, "--dry_run"]) == 0
+    assert re.fullmatch(r"comparing the \d+ files already in the target",
+                        said_by_publish(stderr_at_calls)[-1])
+    plan, stderr_at_calls.out = stderr_at_calls.out, ""
+    assert main([built, "--to", target, "--dry_run", "--no_progress"]) == 0
+    stderr_at_calls.read()
+    assert plan.endswith(stderr_at_calls.out)  # stdout, what scripts read: the same
+
+
+def test_a_hub_publish_says_each_phase_before_its_call(built, monkeypatch, stderr_at_calls):
+    FakeHub().install(monkeypatch)
+    for name in ("head_commit", "remote_files", "commit"):
+        stderr_at_calls.watch(publish.HubClient, name)
+    assert main([built, "--repo_id", REPO]) == 0
+    files = len(publish.built_files(built))
+    assert said_by_publish(stderr_at_calls)[1:] == [
+        f"asking the Hub for {REPO}", f"hashing the {files} files to publish",
+        f"listing the files of {REPO} on the Hub", f"uploading {files} files"]
+    assert last_said_before(stderr_at_calls, "head_commit") == f"asking the Hub for {REPO}"
+    assert last_said_before(stderr_at_calls, "remote_files") == \
+        f"listing the files of {REPO} on the Hub"
+    assert last_said_before(stderr_at_calls, "commit") == f"uploading {files} files"
+
+
+# ---- a remote store (S3, served by moto) that fails mid-publish ------------------------------
+
+def publish_to_s3(folder: str, url: str, port: int) -> tuple[int, list[str]]:
+    """`publish FOLDER --to URL` in a process of its own, through the endpoint at `port`, with
+    the S3 client's retries at one attempt (a dead endpoint then fails at once)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **s3_environment(port))
+    run_pipeline = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "run_pipeline.py")
+    done = subprocess.run([sys.executable, run_pipeline, "publish", folder, "--to", url,
+                           "--no_progress"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.build
+def test_a_store_that_dies_mid_publish_is_one_line_and_a_rerun_converges(built, s3_port):
+    """The store's connections are cut after half the bytes: one PUBLISH FAILED line, last,
+    naming the store and the cause and how to resume; no file under its final name that is not
+    whole, no card; once the store is back, the same command converges to an uninterrupted
+    publish's objects, byte for byte, leaving no temporary object."""
+    from relay import Relay
+
+    assert publish_to_s3(built, "s3://bucket/whole", s3_port)[0] == 0
+    whole = s3_objects(s3_port, "whole/")
+    relay = Relay(s3_port, budget=sum(len(b) for b in whole.values()) // 2)
+    try:
+        status, lines = publish_to_s3(built, "s3://bucket/cut", relay.port)
+        assert status == 1 and lines[-1].startswith("PUBLISH FAILED: folder s3://bucket/cut: "
+                                                    "the store failed: "), lines
+        assert "Re-run the same command to resume" in lines[-1]
+        assert not [line for line in lines[:-1] if not line.startswith("note: ")], lines
+        cut = s3_objects(s3_port, "cut/")
+        final = {k: v for k, v in cut.items() if not os.path.basename(k).startswith(".tmp-")}
+        assert "README.md" not in final  # the card goes last: nothing reads as complete
+        assert all(whole[k] == v for k, v in final.items())
+        relay.revive()
+        status, lines = publish_to_s3(built, "s3://bucket/cut", relay.port)
+        assert status == 0, lines
+    finally:
+        relay.close()
+    assert s3_objects(s3_port, "cut/") == whole

@@ -60,7 +60,7 @@ def test_dry_run_plans_every_file_offline(built, no_network, capsys):
 
 
 def test_publish_offline_is_one_clear_line(built, no_network, capsys):
-    assert main([built, "--repo_id", REPO]) == 2
+    assert main([built, "--repo_id", REPO, "--no_progress"]) == 2
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("PUBLISH FAILED: cannot read dataset repo")

@@ -290,6 +290,7 @@ def test_a_category_file_linked_out_of_the_root_is_never_read(tmp_path):
         assert_balanced(values, label)
 
 
+@pytest.mark.build
 def test_a_build_reads_each_category_file_once_and_balances_both_splits(tmp_path,
                                                                         monkeypatch):
     rng = random.Random(6)

@@ -26,7 +26,7 @@ import fsspec
 import pytest
 from PIL import Image
 
-from conftest import RUNNER, read_json, run, shard_files
+from conftest import IN_PROCESS, RUNNER, builds, read_json, run, shard_files
 from proactivebench_builder.core.errors import SourceError
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.pipeline.commands import main as cli
@@ -108,7 +108,8 @@ def release(tmp_path_factory) -> str:
 
 
 def build_cli(*argv, runner: str = RUNNER) -> int:
-    return cli.main([*argv, runner])
+    """The build command, run in this process (on the local runner, by one in-memory worker)."""
+    return cli.main([*argv, runner, *([IN_PROCESS] if runner == RUNNER else [])])
 
 
 def one_line(text: str) -> str:
@@ -119,6 +120,7 @@ def one_line(text: str) -> str:
 
 # ---- route 1: the released split ---------------------------------------------------------------
 
+@pytest.mark.build
 def test_route_1_imports_the_release_and_checks_its_counts(tmp_path, release):
     out = str(tmp_path / "released")
     report = run(out, "/unused", "rod,vsod", f"--import_upstream={release}",
@@ -198,6 +200,7 @@ def release_lacking_the_patched_frame(folder, s6: str) -> str:
     return write_release(folder, {ROD: rod, VSOD: vsod}, {**frames, **vsod_frames})
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("s6", ["missing", "corrupt"])
 def test_route_1_imports_a_release_lacking_the_frame_upstream_patches(tmp_path, s6):
     """Upstream's ROD environment never shows natural_bluebl_greenr-banana-s6 (it shows s5
@@ -236,6 +239,7 @@ def test_route_1_points_at_the_test_folder(tmp_path, release, capsys):
     assert f"--import_upstream {release}" in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.build
 def test_route_1_build_fails_when_a_record_of_the_release_cannot_be_read(tmp_path, release,
                                                                          capsys):
     """The records count right, but a frame is missing (an archive not unzipped): the build
@@ -291,6 +295,7 @@ def vsod_release_records():
 
 
 @pytest.fixture
+@builds
 def labelled_sources(tmp_path):
     """(sources root, release folder): miniature MVP-N and VSOD sources, and release-shaped
     records of both to derive their labels from."""
@@ -517,6 +522,7 @@ class UnreachableStore(fsspec.AbstractFileSystem):
     ls = info
 
 
+@pytest.mark.build
 def test_an_unreachable_store_is_not_blamed_on_missing_folders(tmp_path, capsys):
     fsspec.register_implementation("unreachable", UnreachableStore, clobber=True)
     with pytest.raises(SourceError, match="cannot reach unreachable://bucket/sources"):
@@ -543,6 +549,7 @@ def test_an_unreachable_hub_fails_fast_in_one_line(tmp_path, monkeypatch, capsys
     assert "cannot be reached" in line and "HF_HUB_OFFLINE=1" in line and "local folder" in line
 
 
+@pytest.mark.build
 def test_the_dataflow_requirements_file_installs(tmp_path):
     """What the README's Dataflow command passes to --requirements_file, installed as a worker
     would, into a throwaway environment (from the package registry or pip's cache)."""

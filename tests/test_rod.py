@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_once, private_miniature, read_jsonl, run, shard_files
+from conftest import build_report, builds, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms import upstream_action_of
@@ -29,18 +29,14 @@ SEQUENCES = {s["sequence"]: s for s in PARAMS["miniature_sequences"]}
 
 
 @pytest.fixture(scope="module")
-def sources_root(tmp_path_factory) -> str:
-    return private_miniature(tmp_path_factory, "rod")
+def source(miniature_root) -> str:
+    return os.path.join(miniature_root, MANIFEST["source_subdir"])
 
 
 @pytest.fixture(scope="module")
-def source(sources_root) -> str:
-    return os.path.join(sources_root, MANIFEST["source_subdir"])
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, sources_root, "rod", "--upstream_export")
+def built(built_miniature) -> tuple[str, dict]:
+    """The shared build of every scenario (read only) and its report."""
+    return built_miniature, build_report(built_miniature)
 
 
 @pytest.fixture(scope="module")
@@ -194,11 +190,11 @@ def test_build_report_accounts_for_every_sequence(built):
     assert r["accounted"] is True
 
 
-def test_same_inputs_same_bytes(tmp_path, built, sources_root):
+def test_same_inputs_same_bytes(tmp_path, built, miniature_root):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, sources_root, "rod", "--upstream_export")
-    assert shard_files(again) == shard_files(output)
+    run(again, miniature_root, "rod", "--upstream_export")
+    assert shard_files(again) == shard_files(output, CONFIG)
 
 
 def test_choices_come_from_the_seed():
@@ -241,6 +237,7 @@ def _jpeg(size=(40, 30), index=0) -> bytes:
 
 
 @pytest.fixture(scope="module")
+@builds
 def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
     """A copy of the miniature with one of each kind of bad raw item added."""
     root = tmp_path_factory.mktemp("rod_broken")
@@ -265,7 +262,7 @@ def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
     (copy / "rod_2.tar.gz").write_bytes(tar_gz(bad))
     cut = tar_gz([(f"natural_bluebl_greenr-pillow-s{i}.jpg", _jpeg(index=i)) for i in range(14)])
     (copy / "rod_3.tar.gz").write_bytes(cut[: len(cut) * 2 // 3])       # archive cut short
-    output = str(root / "out")
+    output = str(tmp_path_factory.mktemp("built") / "out")  # apart from the sources
     report = run(output, str(root), "rod", "--max_bad_fraction=1")
     dead = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
     return output, report, dead

@@ -61,6 +61,7 @@ def alive(pids) -> set[int]:
     return out
 
 
+@pytest.mark.build
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_ends_the_whole_build_in_one_line(tmp_path, signum):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 
 import pyarrow as pa
@@ -265,3 +266,31 @@ def test_train_shard_with_the_test_schema_is_reported(broken):
     shutil.copy(first_shard(broken, "QuickDraw"), path)
     problems = validate_folder(broken)
     assert_reported(problems, "data/train-", "missing columns")
+
+
+def test_each_phase_is_said_before_its_work_and_not_with_no_progress(built_miniature,
+                                                                     stderr_at_calls, capsys):
+    import datasets
+
+    from proactivebench_builder.core import buildfolder
+    from proactivebench_builder.pipeline.commands import validate
+
+    for owner, name in ((buildfolder, "_sizes_and_sha256"), (validate, "row_problems"),
+                        (datasets, "load_dataset")):
+        stderr_at_calls.watch(owner, name)
+    assert main([built_miniature]) == 0
+    said = [line.removeprefix("run_pipeline.py validate: ") for line in stderr_at_calls.lines()]
+    rows = sum(int(n) for n in re.findall(r"OK: .*: (\d+) rows", stderr_at_calls.out))
+    size = r"\([\d.]+ [kM]?B\)"
+    expected = [rf"checking the sha256 of \d+ shards and reports {size}",
+                rf"checking the sha256 of \d+ exported files {size}",
+                rf"checking every row against the record contract \({rows} rows\)",
+                r"loading every config split with datasets.load_dataset \(\d+ splits\)"]
+    assert len(said) == len(expected) and rows > 0, said
+    assert all(re.fullmatch(pattern, line) for pattern, line in zip(expected, said)), said
+    first = {name: text.splitlines()[-1] for name, text in stderr_at_calls.at_first_call.items()}
+    assert first == {"_sizes_and_sha256": "run_pipeline.py validate: " + said[0],
+                     "row_problems": "run_pipeline.py validate: " + said[2],
+                     "load_dataset": "run_pipeline.py validate: " + said[3]}
+    assert main([built_miniature, "--no_progress"]) == 0
+    assert capsys.readouterr().err == ""

@@ -1,4 +1,4 @@
-"""Lock files of source folders (core/source_lock.py, pipeline/verify_sources.py):
+"""Lock files of source folders (fetch/source_lock.py, fetch/verify.py):
 `--verify_sources --record` writes `<source folder>/.proactivebench-lock.jsonl` (relative path,
 size and sha256 of every file) once the manifest's pins agree, and every later
 `--verify_sources` compares the folder with it: a file changed, resized, removed, added or
@@ -12,10 +12,10 @@ import shutil
 
 import pytest
 
-from proactivebench_builder.core import source_lock
-from proactivebench_builder.core.download import STATE_DIR
+from proactivebench_builder.fetch import source_lock
+from proactivebench_builder.fetch.download import STATE_DIR
 from proactivebench_builder.pipeline.commands.build import run_build
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 
 from conftest import RUNNER, run
 
@@ -177,6 +177,7 @@ def test_fsspec_roots_are_recorded_and_compared():
 # ---- through the build command ---------------------------------------------------------------
 
 
+@pytest.mark.build
 def test_record_needs_verify_sources():
     with pytest.raises(SystemExit, match="--record writes the lock files --verify_sources "
                                          "compares: give both"):

@@ -1,4 +1,4 @@
-"""Source verification (`pipeline/verify_sources.py`): manifests pin file counts and sha256 of
+"""Source verification (`fetch/verify.py`): manifests pin file counts and sha256 of
 archives and annotation files; every mismatch is reported, none stops the check early."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from proactivebench_builder.transforms import manifest_of
-from proactivebench_builder.pipeline.verify_sources import count_files, verify_sources
+from proactivebench_builder.fetch.verify import count_files, verify_sources
 from proactivebench_builder.transforms import load_scenarios
 
 
@@ -44,6 +44,37 @@ def test_matching_pins_report_nothing(source):
                     {"rod_0.tar.gz": sha(b"archive zero"),
                      "annotations/instances.json": sha(b'{"images": []}').upper()})
     assert verify_sources({"demo": source}, {"demo": pins}) == []
+
+
+def test_each_source_folder_is_said_before_it_is_verified_or_recorded(source, tmp_path,
+                                                                       monkeypatch):
+    from proactivebench_builder.core import phases
+    from proactivebench_builder.fetch import source_lock
+    from proactivebench_builder.fetch import verify as verifying
+
+    said, at_call = [], []  # the lines said, and the last one at each call of the work
+
+    def watched(original):
+        def call(*args, **kwargs):
+            at_call.append(said[-1])
+            return original(*args, **kwargs)
+        return call
+
+    for owner, name in ((verifying, "verify_source"), (source_lock, "record")):
+        monkeypatch.setattr(owner, name, watched(getattr(owner, name)))
+    other = str(tmp_path / "other")
+    os.makedirs(other)
+    pins = {"demo": manifest({"rod_*.tar.gz": 2}), "zeta": manifest()}
+    with phases.showing(phases.LINES, write=said.append):
+        assert verify_sources({"demo": source, "zeta": other}, pins) == []
+        assert verifying.record_sources({"demo": source}, pins)[0] == []
+        assert verify_sources({"demo": source}, pins) == []
+    assert said == ["verifying demo's source folder against its pins",
+                    "verifying zeta's source folder against its pins",
+                    "verifying demo's source folder against its pins",
+                    "recording the sha256 of every file of demo in its lock file",
+                    "verifying demo's source folder against its pins and its lock file"]
+    assert at_call == said  # each line said before the work it names
 
 
 def test_every_mismatch_is_reported(source):

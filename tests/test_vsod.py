@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_once, private_miniature, read_jsonl, run, shard_files
+from conftest import build_report, builds, read_jsonl, run, shard_files
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms import upstream_action_of
@@ -29,18 +29,14 @@ VOCAB = MANIFEST["categories"]
 
 
 @pytest.fixture(scope="module")
-def sources_root(tmp_path_factory) -> str:
-    return private_miniature(tmp_path_factory, "vsod")
+def source(miniature_root) -> str:
+    return os.path.join(miniature_root, MANIFEST["source_subdir"])
 
 
 @pytest.fixture(scope="module")
-def source(sources_root) -> str:
-    return os.path.join(sources_root, MANIFEST["source_subdir"])
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, sources_root) -> tuple[str, dict]:
-    return build_once(tmp_path_factory, sources_root, "vsod", "--upstream_export")
+def built(built_miniature) -> tuple[str, dict]:
+    """The shared build of every scenario (read only) and its report."""
+    return built_miniature, build_report(built_miniature)
 
 
 @pytest.fixture(scope="module")
@@ -179,11 +175,11 @@ def test_build_report_accounts_for_every_label_row(built):
     assert r["accounted"] is True
 
 
-def test_same_inputs_same_bytes(tmp_path, built, sources_root):
+def test_same_inputs_same_bytes(tmp_path, built, miniature_root):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, sources_root, "vsod", "--upstream_export")
-    assert shard_files(again) == shard_files(output)
+    run(again, miniature_root, "vsod", "--upstream_export")
+    assert shard_files(again) == shard_files(output, CONFIG)
 
 
 def test_choices_come_from_the_seed():
@@ -205,6 +201,7 @@ def _segment(root, name, n=8, size=(32, 18), peak_boxes=None):
 
 
 @pytest.fixture(scope="module")
+@builds
 def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
     """The miniature plus one bad segment or label row of each kind."""
     root = tmp_path_factory.mktemp("vsod_broken")
@@ -238,7 +235,7 @@ def broken(tmp_path_factory, source) -> tuple[str, dict, list[dict]]:
                "seg_0002,number_of_people,Three,x,\n"     # 18: malformed pin
                "seg_0002,event,Concert,,99\n")            # 19: pinned frame out of range
     (copy / PARAMS["labels_file"]).write_text(labels)
-    output = str(root / "out")
+    output = str(tmp_path_factory.mktemp("built") / "out")  # apart from the sources
     report = run(output, str(root), "vsod", "--max_bad_fraction=1")
     return output, report, read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
 

@@ -1,14 +1,22 @@
-"""Scenarios: one folder per scenario (its `Scenario` class, its play declaration and its
-miniature writer) and this registry. `load_scenarios()` imports every scenario folder here and
-every module a user makes visible, which registers every `Scenario` subclass: adding a scenario is
-adding a folder or module (and its manifest), and no list of scenarios is edited anywhere.
+"""Scenarios: one folder or one module per scenario, and this registry. `load_scenarios()` imports
+every scenario of this package and every module a user makes visible, which registers every
+`Scenario` subclass: adding a scenario is adding a folder or module (and its manifest), and no
+list of scenarios is edited anywhere. A scenario imports what it needs of this project from
+`transforms.api` alone.
+
+Inside this package, every folder and every module is a scenario (a built-in's folder holds its
+`Scenario` class, its play declaration and its miniature writer; one module `transforms/dim.py`
+is a whole scenario too), except the shared modules (`SHARED_MODULES`: the base class and the
+API) and names starting with `_`. Their manifests and data files are in `source_manifests/`,
+which setup.py packages with them (for `pip install .` and Dataflow's `--setup_file`).
 
 What the rest of the project asks about scenarios by config (the runtime, `validate`, `inspect`,
 the upstream export and import) it asks here, of the declarations (`core.play.Play`): their
 behaviour, short names, aliases and order, upstream's keyword table, the probe's pool.
 
-A scenario module outside this package becomes visible in one of two ways (README, "Adding a
-scenario"); either way its manifest `<name>.yaml` sits in the same folder as the module:
+A scenario module outside this package becomes visible in one of two ways
+(docs/adding_a_scenario.md); either way its manifest `<name>.yaml` sits in the same folder as
+the module:
 - the environment variable `PROACTIVEBENCH_SCENARIO_PATH`: folders (separated by os.pathsep)
   whose `*.py` files (not starting with `_`) are scenario modules. Each is imported from its
   file under a private name made from its path (`plugin_module_name`), so no plug-in hides a
@@ -33,13 +41,21 @@ import pkgutil
 import sys
 from importlib.metadata import entry_points
 
-from proactivebench_builder.core import vocabulary
+from proactivebench_builder.core import moved
 from proactivebench_builder.core.errors import ScenarioError
 from proactivebench_builder.core.play import Behaviour
+# by name, not as the module `vocabulary`: this package has no module of that name (it moved to
+# core; importing `transforms.vocabulary` says so, see core.moved)
+from proactivebench_builder.core.vocabulary import (action_of, check_vocabulary, known_table,
+                                                    upstream_table)
 from proactivebench_builder.transforms import base
+
+moved.install()  # an import of a module that moved from here names its new home
 
 PATH_VARIABLE = "PROACTIVEBENCH_SCENARIO_PATH"
 ENTRY_POINT_GROUP = "proactivebench_builder.scenarios"
+# this package's modules that are not scenarios: the base class and the scenario author's API
+SHARED_MODULES = ("api", "base")
 
 
 class ScenarioPathError(ScenarioError):
@@ -102,8 +118,13 @@ def _import_plugin(where: str) -> None:
     except ScenarioError:
         raise
     except Exception as err:  # noqa: BLE001 - the plug-in's own code: reported, not hidden
-        line = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
-        raise ScenarioPathError(f"{where}{line}: {type(err).__name__}: {err}") from err
+        raise _import_failed(where, err) from err
+
+
+def _import_failed(where: str, err: Exception) -> ScenarioPathError:
+    """One line naming the file of a scenario module whose import failed: its author's error."""
+    line = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
+    return ScenarioPathError(f"{where}{line}: {type(err).__name__}: {err}")
 
 
 def _import_entry_points() -> None:
@@ -117,15 +138,33 @@ def _import_entry_points() -> None:
                                     f"({ENTRY_POINT_GROUP}): {err}") from err
 
 
+def package_scenario_modules() -> list[str]:
+    """The scenarios inside this package, by module name: every folder and every module here
+    except the shared ones (`SHARED_MODULES`) and those whose name starts with `_`."""
+    return [f"{__name__}.{module.name}" for module in pkgutil.iter_modules(__path__)
+            if not module.name.startswith("_") and module.name not in SHARED_MODULES]
+
+
+def _import_package_scenario(module: str) -> None:
+    """Import a scenario folder or module of this package; an error in a module a user added
+    here is one line (a ScenarioError) naming its file, as for a plug-in."""
+    try:
+        importlib.import_module(module)
+    except ScenarioError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the scenario's own code: reported, not hidden
+        spec = importlib.util.find_spec(module)
+        raise _import_failed(spec.origin if spec and spec.origin else module, err) from err
+
+
 @functools.lru_cache(maxsize=1)  # the modules do not change while a process runs
 def _load_scenarios() -> dict:
-    for module in pkgutil.iter_modules(__path__):
-        if module.ispkg and not module.name.startswith("_"):  # a scenario's folder
-            importlib.import_module(f"{__name__}.{module.name}")
+    for module in package_scenario_modules():
+        _import_package_scenario(module)
     _import_path_modules()
     _import_entry_points()
     scenarios = dict(sorted(base.registered().items()))
-    vocabulary.check_vocabulary(scenarios)
+    check_vocabulary(scenarios)
     return scenarios
 
 
@@ -208,18 +247,18 @@ def behaviour_for_config(config: str) -> Behaviour:
 
 def known_keywords() -> dict[str, str]:
     """keyword -> action over upstream's table and every registered scenario's declaration."""
-    return vocabulary.known_table(load_scenarios())
+    return known_table(load_scenarios())
 
 
 def upstream_keywords() -> dict[str, str]:
     """Upstream's keyword table: the actions of its seven scenarios, in the paper's order."""
-    return vocabulary.upstream_table(load_scenarios())
+    return upstream_table(load_scenarios())
 
 
 def upstream_action_of(option: str) -> str:
     """The action an option requests by upstream's unscoped rule (ValueError unless exactly one
     keyword of upstream's table occurs in it)."""
-    return vocabulary.action_of(option, upstream_keywords())
+    return action_of(option, upstream_keywords())
 
 
 def probe_pool() -> tuple[str, ...]:

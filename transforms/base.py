@@ -24,7 +24,7 @@ from typing import ClassVar, Iterable, Iterator
 
 import yaml
 
-from proactivebench_builder.core import fileio, manifests, results, vocabulary
+from proactivebench_builder.core import errors, fileio, manifests, results, vocabulary
 from proactivebench_builder.core.errors import BadItem, ScenarioError, SourceError
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.play import Play
@@ -33,6 +33,7 @@ from proactivebench_builder.core.records import empty_row
 from proactivebench_builder.core.seeding import rng_for
 
 _REGISTRY: dict[str, type["Scenario"]] = {}
+_PACKAGE = __name__.rpartition(".")[0]  # proactivebench_builder.transforms
 
 
 @dataclasses.dataclass
@@ -91,9 +92,13 @@ class Scenario:
     # ---- its manifest ------------------------------------------------------------------------
 
     @classmethod
-    def module_folder(cls) -> str:
-        """The folder of the module that defines the scenario: a plug-in keeps its manifest and
-        data files there (built-in manifests are package data of `source_manifests`)."""
+    def module_folder(cls) -> str | None:
+        """The folder of the module that defines the scenario, where a plug-in keeps its
+        manifest and data files; None for a scenario of this package (a folder or a module in
+        transforms/), whose manifest and data files are package data of `source_manifests`
+        only: setup.py installs nothing else beside its modules."""
+        if cls.__module__.startswith(_PACKAGE + "."):
+            return None
         return os.path.dirname(os.path.abspath(sys.modules[cls.__module__].__file__))
 
     @classmethod
@@ -429,6 +434,12 @@ def template_literal(text: str) -> str:
     export and upstream fill templates with str.format (a source name holding "{1}" would
     otherwise be read as a slot, and writing its frames fail)."""
     return text.replace("{", "{{").replace("}", "}}")
+
+
+def code_failure(err: BaseException, scenario_cls: type) -> str | None:
+    """One line saying that `scenario_cls`'s own code raised `err` (core.errors.code_failure),
+    or None when the error is not its code's."""
+    return errors.code_failure(err, scenario_cls.__module__, f"scenario {scenario_cls.name}")
 
 
 def registered() -> dict[str, type[Scenario]]:

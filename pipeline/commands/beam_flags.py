@@ -3,7 +3,6 @@
 before any work; an unknown runner refused by name."""
 from __future__ import annotations
 
-import argparse
 import os
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -11,31 +10,10 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from proactivebench_builder.core.cli import CommandParser, unknown_name
 from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.pipeline import beam_compat
+from proactivebench_builder.pipeline.commands import PROG
 from proactivebench_builder.pipeline.local_runs import available_cores
-from proactivebench_builder.pipeline.options import BuildOptions
-
-PROG = "run_pipeline.py"
-BEAM_OPTIONS_URL = ("https://beam.apache.org/releases/pydoc/current/"
-                    "apache_beam.options.pipeline_options.html")
-
-
-def help_parser(commands: dict) -> CommandParser:
-    """The build's own flags, for --help (Beam's ~200 flags are only named); `commands`: the
-    subcommands, name -> one-line help."""
-    listing = "\n".join(f"  {name:10s} {text}" for name, text in sorted(commands.items()))
-    parser = CommandParser(
-        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage=f"{PROG} [build flags] [Beam flags]\n       {PROG} <subcommand> --help",
-        description="Build ProactiveBench. Without flags: every registered scenario, from the "
-                    "bundled miniature\nsources, into ./build/proactivebench, on the local "
-                    "runner.\n\nSubcommands:\n" + listing,
-        epilog="Any Beam pipeline option is accepted too, e.g. --runner, --direct_num_workers, "
-               "--direct_running_mode,\n--temp_location, --project, --region, --setup_file, "
-               "--dask_client_address; all of them:\n" + BEAM_OPTIONS_URL + "\nFlags after a lone "
-               "-- go to Beam unchecked (options of a runner's service that Beam does not "
-               "declare).")
-    BuildOptions._add_argparse_args(parser)
-    return parser
+# imported for its flags: BuildOptions is one of the PipelineOptions subclasses collected below
+from proactivebench_builder.pipeline.options import BuildOptions  # noqa: F401
 
 
 def beam_flags_parser(argv: list[str]) -> CommandParser:

@@ -20,10 +20,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import (
     DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions)
 
-from proactivebench_builder.core import buildfolder, fileio
+from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
-from proactivebench_builder.core.errors import BuildFailed, OutputError, SourceError, UsageError
+from proactivebench_builder.core.errors import (
+    BuildFailed, CommandError, OutputError, SourceError, UsageError)
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
@@ -101,13 +102,30 @@ def run_build(argv: list[str]) -> dict:
         if url and not fileio.is_local(url):  # Dataflow stages here first: offline, say so
             check_reachable(flag, url)
     config = build_config(opts, argv)
-    if opts.verify_sources:
-        check_sources(config, record=opts.record)
+    # the driver's own long steps (verifying sources, the checks of the written folder): bars
+    # on a terminal (unless --no_progress), else lines of the build's log
+    on_terminal = progress.enabled(None, sys.stderr) and opts.progress is not False
+    checks = phases.BAR if on_terminal else phases.LINES
+    with phases.showing(checks, write=LOG.info):
+        if opts.verify_sources:
+            check_sources(config, record=opts.record)
+        return build_in_folder(options, opts, argv, config)
+
+
+def build_in_folder(options, opts, argv: list[str], config: BuildConfig) -> dict:
+    """Run the build into its output folder, holding the folder's lock; returns the report."""
     runner = configure_runner(options, argv)
     local = runner in LOCAL_RUNNERS
     if local:
         direct = options.view_as(DirectOptions)
         runner += f" ({direct.direct_num_workers} workers, {direct.direct_running_mode})"
+        if direct.direct_running_mode == "multi_processing" and \
+                config.output.startswith("memory://"):
+            # the workers hand each other rows through the output folder (the row store)
+            raise OutputError(f"{config.output}: a memory:// folder is private to each "
+                              "process, and this build's worker processes share their rows "
+                              "through the output folder: give an --output every worker "
+                              "reaches, or --direct_running_mode=in_memory")
     show_progress = local and progress.enabled(opts.progress, sys.stderr)
     if local:
         quiet_worker_logs(options, argv, show_progress)
@@ -126,16 +144,38 @@ def run_build(argv: list[str]) -> dict:
             except BaseException as err:
                 try:
                     buildfolder.mark_finished(output, failure_reason(err))
+                except Exception as mark_err:  # noqa: BLE001 - a full disk, a store that
+                    if not fileio.is_store_error(mark_err):  # does not answer; else a bug
+                        raise
+                    LOG.warning("could not record the failure in %s (%s): its build.json "
+                                "still says building", output, fileio.store_error_text(mark_err))
+                try:
                     row_store.remove_store(output)  # what the workers left there
-                except OSError:  # e.g. the disk is full: build.json still says "building"
-                    LOG.warning("could not record the failure in %s", output)
+                except Exception as remove_err:  # noqa: BLE001 - as above
+                    if not fileio.is_store_error(remove_err):
+                        raise
+                    LOG.warning("could not remove the row store's files from %s (%s)", output,
+                                fileio.store_error_text(remove_err))
                 raise
             report.update(buildfolder.mark_finished(output, None))
     except OSError as err:
-        if not err.errno:
+        if err.errno:
+            raise OutputError.of(err) from err  # a full disk, permissions: one line, exit 1
+        if fileio.is_local(output):
             raise
-        raise OutputError.of(err) from err  # a full disk, permissions: one line, exit 1
+        raise _store_failed(output, err) from err
+    except CommandError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the launcher's own reads and writes of a remote
+        if fileio.is_local(output) or not fileio.is_store_error(err):  # output; else a bug
+            raise
+        raise _store_failed(output, err) from err
     return report
+
+
+def _store_failed(output: str, err: BaseException) -> OutputError:
+    return OutputError(f"{output}: the store failed: {fileio.store_error_text(err)}; run the "
+                       "same build again")
 
 
 def failure_reason(err: BaseException) -> str:
@@ -180,7 +220,8 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
                         ", ".join("/".join(u) for u in unused[:3]))
     if filters:
         print(filter_table(filters["scenarios"]))
-    write_build_plots(output)
+    with phases.phase("drawing the build's plots"):
+        write_build_plots(output)
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
     problems = (buildfolder.shard_problems(output, report)
                 + buildfolder.card_problems(output, report))

@@ -33,7 +33,7 @@ from proactivebench_builder.pipeline.import_check import (
 from proactivebench_builder.pipeline.miniature import MARKER, ensure_miniature_sources
 from proactivebench_builder.pipeline.options import DEFAULT_MINIATURE_ROOT, BuildOptions
 from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_update
-from proactivebench_builder.pipeline.verify_sources import record_sources, verify_sources
+from proactivebench_builder.fetch.verify import record_sources, verify_sources
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, config_aliases, load_scenarios, manifest_of)
 
@@ -111,6 +111,32 @@ def resolve_sources(opts: BuildOptions, scenarios: dict) -> dict[str, str]:
             f"{n}: {url}" for n, url in sorted(absent.items())) + " (docs/sources.md gives the "
             "layout each scenario expects and where to get it)")
     return sources
+
+
+def comparable_path(url: str) -> str:
+    """A URL as a path to compare folders by: a local one resolved (links, `..`), others as
+    written, without a trailing slash."""
+    if fileio.is_local(url):
+        return os.path.realpath(fileio.local_path(url))
+    return url.rstrip("/")
+
+
+def inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def check_output_apart(output: str, reads: dict[str, str]) -> None:
+    """A build never writes inside what it reads, nor reads inside what it writes: an --output
+    in (or holding) a source folder would read its own output as sources on the next build, and
+    clearing the output would delete sources. Refused before any work, naming both."""
+    out = comparable_path(absolute(output))
+    for label, url in reads.items():
+        where = comparable_path(url)
+        if inside(out, where) or inside(where, out):
+            relation = ("is" if out == where else "is inside" if inside(out, where)
+                        else "holds")
+            raise UsageError(f"--output {output} {relation} {label} ({url}): a build writes "
+                             "apart from what it reads; choose an --output outside the sources")
 
 
 def source_folder_exists(name: str, url: str) -> bool:
@@ -268,6 +294,7 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
     if opts.import_upstream:
         folder = absolute(opts.import_upstream)
         check_readable_url("--import_upstream", folder)
+        check_output_apart(opts.output, {"--import_upstream": folder})
         if not fileio.folder_exists(folder):
             raise UsageError(f"--import_upstream {folder}: no such folder (give the release's "
                              "test/ folder: README, Regenerating the benchmark)")
@@ -306,6 +333,10 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         found_stand_ins = imported_stand_ins(folder, scans, selection)
     else:
         sources = resolve_sources(opts, scenarios)
+        reads = {f"the source of {n}": url for n, url in sources.items()}
+        reads["--sources_root" if opts.sources_root else "the miniature sources"] = absolute(
+            opts.sources_root or DEFAULT_MINIATURE_ROOT)
+        check_output_apart(opts.output, reads)
         if not opts.no_train:
             train_sources = {n: sources[n] for n, cls in scenarios.items() if cls.has_train_split}
     stamp = {

@@ -2,12 +2,12 @@
 
 Downloads every source that has a public direct URL into DIR/<source_subdir>, in the layout the
 build reads (each manifest's `downloads:` section says what, from where, with which published
-size and digests; `pipeline/fetch_plan.py` describes it), and prints the exact steps for what
+size and digests; `fetch/plan.py` describes it), and prints the exact steps for what
 cannot be fetched (Google Drive archives, YouTube videos). The work is done by
-`core/download.py`: parallel (`--jobs`), resumable (an interrupted file continues with an HTTP
+`fetch/download.py`: parallel (`--jobs`), resumable (an interrupted file continues with an HTTP
 Range request, in this run's retries or the next run), verified (size and digests where known,
 else what the server declares), idempotent (a verified file is skipped), with a progress bar
-on a terminal. Archives the build reads unpacked are extracted safely (`core/extract.py`).
+on a terminal. Archives the build reads unpacked are extracted safely (`fetch/extract.py`).
 
 Each failed file is one line on stderr; the others go on. Exit status: 0 when every file is in
 place and verified, 1 when any failed (run again: finished files are skipped and partial ones
@@ -39,16 +39,18 @@ from collections import Counter
 
 from tqdm import tqdm
 
+from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, run_command,
-    unknown_name)
-from proactivebench_builder.core.download import STATE_DIR, Downloader, mirrored
+    DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, unknown_name)
+from proactivebench_builder.fetch.download import STATE_DIR, Downloader, fetch_record, mirrored
 from proactivebench_builder.core.errors import CommandError, UsageError
+from proactivebench_builder.fetch import sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.output_folder import check_can_write
 from proactivebench_builder.pipeline.commands.release_labels import needs_release_labels
-from proactivebench_builder.pipeline.fetch_plan import (
+from proactivebench_builder.fetch.plan import (
     RESERVED_NAMES, SOURCES_ROOT_PLACEHOLDER, PlanError, plan, write_manual_list)
+from proactivebench_builder.core.phases import human_size
 from proactivebench_builder.pipeline.progress import enabled
 from proactivebench_builder.transforms import load_scenarios, manifest_of
 
@@ -65,9 +67,7 @@ class FetchLocked(CommandError):
     prefix = None
 
 
-def parser() -> CommandParser:
-    p = CommandParser(prog=PROG, description=__doc__,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(p: CommandParser) -> None:
     p.add_argument("--sources_root", required=True, metavar="DIR",
                    help="local folder receiving one folder per source (created if missing); "
                         "the build's --sources_root afterwards")
@@ -101,12 +101,8 @@ def parser() -> CommandParser:
                         "fetch's record of its size and modification time")
     p.add_argument("--dry_run", action="store_true",
                    help="list what would be fetched and print the manual steps; no network")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="draw the progress bar even when stderr is not a terminal")
-    p.add_argument("--no_progress", dest="progress", action="store_false",
-                   help="do not draw the progress bar")
+    phases.add_flags(p, "the progress bar")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    return p
 
 
 def _non_negative_float(text: str) -> float:
@@ -117,11 +113,6 @@ def _non_negative_float(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
-
-
-@subcommand("fetch", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, fetch_command, argv)
 
 
 # ---- checks before any work ------------------------------------------------------------------
@@ -218,29 +209,28 @@ def check_space(jobs: list, root: str, approx: dict) -> None:
     free = shutil.disk_usage(existing).free
     if needed > free:
         raise UsageError(f"--sources_root {root}: the files to fetch need at least "
-                         f"{_size(needed)} (published or approximate sizes, archives counted "
-                         f"with their contents), {_size(free)} is free")
+                         f"{human_size(needed)} (published or approximate sizes, archives "
+                         f"counted with their contents), {human_size(free)} is free")
 
 
 # ---- the command -----------------------------------------------------------------------------
 
 
-def fetch_command(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def fetch_command(args: argparse.Namespace) -> int:
     check_mirror(args.mirror)
     plans = chosen(load_plans(), args.scenarios)
     root, folders = folders_of(args, plans)
-    jobs, owners, approx = [], [], {}
-    for name, source_plan in plans.items():
-        for planned in source_plan.files:
-            if args.no_train and planned.train_only:
-                continue
-            jobs.append((folders[name], planned.spec))
-            owners.append(name)
-            if planned.approx_size:
-                approx.setdefault(folders[name], {})[planned.spec.path] = planned.approx_size
+    chosen_files = [(name, planned) for name, source_plan in plans.items()
+                    for planned in source_plan.files
+                    if not (args.no_train and planned.train_only)]
     if args.dry_run:
-        return dry_run(plans, folders, jobs, owners, root, args.mirror, approx)
+        return dry_run(plans, folders, chosen_files, root, args.mirror)
+    jobs, owners, approx = [], [], {}
+    for name, planned in chosen_files:
+        jobs.append((folders[name], planned.spec))
+        owners.append(name)
+        if planned.approx_size:
+            approx.setdefault(folders[name], {})[planned.spec.path] = planned.approx_size
     check_space(jobs, root, approx)
     written = sorted({folder for folder, _ in jobs})  # not for manual-only sources: the build
     for folder in written:                             # names a missing folder
@@ -404,16 +394,21 @@ def download(jobs: list, owners: list, args) -> list:
                            if outcome.resumed_from else "")
                 extracted = ", extracted" if outcome.extracted else ""
                 again = f"; the copy in place had {outcome.message}" if outcome.message else ""
-                tqdm.write(f"fetched {name}/{outcome.path} ({_size(outcome.bytes)} received"
+                tqdm.write(f"fetched {name}/{outcome.path} ({human_size(outcome.bytes)} received"
                            f"{resumed}{extracted}{again})", file=sys.stdout)
             elif outcome.extracted:
                 tqdm.write(f"extracted {name}/{outcome.path}", file=sys.stdout)
+
+    def step(folder: str, path: str, what: str) -> None:  # said unless --no_progress
+        if args.progress is not False:
+            with lock:
+                tqdm.write(f"fetch: {owner_of[(folder, path)]}/{path}: {what}", file=sys.stderr)
 
     downloader = Downloader(mirror=args.mirror, retries=args.retries,
                             retry_wait=args.retry_wait, timeout=args.timeout,
                             rehash=args.rehash, remove_archives=args.remove_archives,
                             reserved=RESERVED_NAMES, on_bytes=received, on_total=grow,
-                            on_done=done)
+                            on_done=done, on_phase=step)
     try:
         return downloader.fetch_all(jobs, workers=args.jobs)
     finally:
@@ -470,33 +465,24 @@ def next_steps(plans: dict, root: str) -> str:
             "sha256 of every file, then builds; later --verify_sources builds check them)")
 
 
-def dry_run(plans, folders, jobs, owners, root, mirror, approx: dict) -> int:
-    total, about, unknown = 0, 0, 0
-    for (folder, spec), name in zip(jobs, owners):
-        present = os.path.exists(os.path.join(folder, *spec.path.split("/")))
-        size, approximate = expected_size(spec, approx.get(folder, {}))
-        shown = ("size unknown" if size is None else
-                 f"~{_size(size)} (approximate)" if approximate else _size(size))
-        if size is None:
-            unknown += 1
-        elif approximate:
-            about += size
-        else:
-            total += size
+def dry_run(plans, folders, chosen_files, root, mirror) -> int:
+    """Every file with where it stands and every size known offline (fetch/sizes.py),
+    the total of the known sizes and why the others are unknown, then the manual steps."""
+    records = {}  # source folder -> fetch's record in it
+    listed = []
+    for name, planned in chosen_files:
+        folder, spec = folders[name], planned.spec
+        if folder not in records:
+            records[folder] = fetch_record(folder)
+        known = fetch_sizes.known_file(planned, folder, records[folder])
+        listed.append((name, planned, known))
         extract = ", extract" if spec.extract else ""
-        state = "present (verified when run)" if present else "to fetch"
-        print(f"{name}/{spec.path}: {state}, {shown}{extract} <- {mirrored(spec.url, mirror)}")
-    print(f"fetch --dry_run: {len(jobs)} files, {_size(total)} published"
-          + (f" + ~{_size(about)} approximate" if about else "")
-          + (f" + {unknown} of unknown size" if unknown else "") + "; nothing was downloaded")
+        print(f"{name}/{spec.path}: {known.state}, {fetch_sizes.size_text(known)}{extract} "
+              f"<- {mirrored(spec.url, mirror)}")
+    print("\n".join(fetch_sizes.summary(listed)))
     print_manual_steps(plans, folders, root, {})
     return 0
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n} B"
+FETCH = subcommand("fetch", HELP, __doc__, declare_flags, fetch_command)
+main, parser = FETCH.main, FETCH.parser

@@ -37,10 +37,10 @@ from urllib.parse import quote
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import buildfolder, fileio, vocabulary
+from proactivebench_builder.core import buildfolder, fileio, phases, vocabulary
 from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
-    DEBUG_HELP, CommandParser, int_at_least, positive_int, run_command)
+    DEBUG_HELP, CommandParser, int_at_least, positive_int)
 from proactivebench_builder.core.layout import (
     PLOTS_DIR, TEST, UNFILTERED, shard_folder, split_sets)
 from proactivebench_builder.core.records import METADATA_COLUMNS
@@ -51,6 +51,7 @@ from proactivebench_builder.pipeline.commands.output_folder import check_can_wri
 from proactivebench_builder.pipeline.commands.validate import (
     declared_behaviour, iter_rows, row_problems, unregistered_problem)
 from proactivebench_builder.pipeline.plots import ascii_text, font, png_bytes
+from proactivebench_builder.transforms import load_scenarios
 
 HELP = "contact sheets of sampled rows per scenario and a static index.html to browse them"
 
@@ -389,29 +390,16 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     root = root.rstrip("/")
     folders = shard_folders(root)
     sections, written = [], []
-    for config in sorted({c for _, c in folders}):
-        unknown = unregistered_problem(config, "its rows are drawn as plain frames")
-        if unknown:  # its scenario's own views cannot be drawn
-            print(f"inspect: {unknown}", file=sys.stderr)
-        chosen_split = split_of(folders, config, split)
-        urls = shard_urls(root, folders, chosen_split, config)
-        try:
-            keys, total = sample_keys(urls, config, seed, per_scenario)
-            sampled = read_sampled_rows(urls, keys, config)
-        except (OSError, ValueError, pa.ArrowException) as err:  # drawn with --force only
-            print(f"inspect: {config}: not drawn: its shards cannot be read "
-                  f"({type(err).__name__}: {err})", file=sys.stderr)
-            continue
-        entries = []
-        for row in sampled:
-            rel = f"{config}/{sheet_name(chosen_split, row)}"
-            url = fileio.join(out, config, sheet_name(chosen_split, row))
-            fileio.write_bytes_atomic(url, png_bytes(render_sheet(row, config, max_frames)))
-            written.append(url)
-            entries.append({"sheet": rel, "row": {c: row.get(c) for c in METADATA_COLUMNS}})
-        sections.append({"config": config, "entries": entries,
-                         "note": f"{len(entries)} of {total} rows of the {chosen_split} split, "
-                                 f"sampled with seed {seed}"})
+    configs = sorted({c for _, c in folders})
+    rows = f"{per_scenario} sampled row{'s' if per_scenario != 1 else ''}"
+    with phases.phase(f"drawing {rows} of each config",
+                      total=len(configs), unit="configs") as step:
+        for config in configs:
+            section = config_section(root, out, folders, config, per_scenario, seed, split,
+                                     max_frames, written)
+            if section is not None:
+                sections.append(section)
+            step.update()
     links = plot_links(root, out)
     summary = (f"Contact sheets of {root}: up to {per_scenario} rows per scenario. Each sheet "
                "shows the frames in order (green = first frame shown, blue = reference), the "
@@ -424,17 +412,38 @@ def inspect_folder(root: str, out: str, per_scenario: int = 4, seed: int = 0,
     return written + [index]
 
 
+def config_section(root: str, out: str, folders: dict, config: str, per_scenario: int,
+                   seed: int, split: str, max_frames: int, written: list[str]) -> dict | None:
+    """Draw the sheets of one config's sampled rows (their URLs appended to `written`);
+    returns its section of index.html, None when its shards cannot be read."""
+    unknown = unregistered_problem(config, "its rows are drawn as plain frames")
+    if unknown:  # its scenario's own views cannot be drawn
+        print(f"inspect: {unknown}", file=sys.stderr)
+    chosen_split = split_of(folders, config, split)
+    urls = shard_urls(root, folders, chosen_split, config)
+    try:
+        keys, total = sample_keys(urls, config, seed, per_scenario)
+        sampled = read_sampled_rows(urls, keys, config)
+    except (OSError, ValueError, pa.ArrowException) as err:  # drawn with --force only
+        print(f"inspect: {config}: not drawn: its shards cannot be read "
+              f"({type(err).__name__}: {err})", file=sys.stderr)
+        return None
+    entries = []
+    for row in sampled:
+        rel = f"{config}/{sheet_name(chosen_split, row)}"
+        url = fileio.join(out, config, sheet_name(chosen_split, row))
+        fileio.write_bytes_atomic(url, png_bytes(render_sheet(row, config, max_frames)))
+        written.append(url)
+        entries.append({"sheet": rel, "row": {c: row.get(c) for c in METADATA_COLUMNS}})
+    return {"config": config, "entries": entries,
+            "note": f"{len(entries)} of {total} rows of the {chosen_split} split, "
+                    f"sampled with seed {seed}"}
+
+
 PROG = "run_pipeline.py inspect"
 
 
-@subcommand("inspect", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, inspect_command, argv)
-
-
-def inspect_command(argv: list[str]) -> int:
-    parser = CommandParser(prog=PROG, description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(parser: CommandParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="a built folder")
     parser.add_argument("--out", help="where to write the sheets and index.html "
                         "(default: DIR/inspect)")
@@ -449,8 +458,18 @@ def inspect_command(argv: list[str]) -> int:
     parser.add_argument("--force", action="store_true",
                         help="draw a folder that is not an intact build (failed, unfinished, "
                         "damaged) anyway, saying so")
+    phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    args = parser.parse_args(argv)
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    load_scenarios()  # an unusable scenario path is refused before any work
+    with phases.showing(phases.mode_for(args.progress), PROG):
+        return inspect_checked(args)
+
+
+def inspect_checked(args) -> int:
+    """The folder checked (drawn anyway with --force), then drawn."""
     out = args.out or fileio.join(args.dir.rstrip("/"), "inspect")
     if fileio.is_local(out):
         check_can_write("--out", out, fileio.local_path(out))
@@ -473,6 +492,10 @@ def inspect_command(argv: list[str]) -> int:
                              args.max_frames, warning)
     print(f"wrote {len(written) - 1} contact sheets and {written[-1]}")
     return 0
+
+
+INSPECT = subcommand("inspect", HELP, __doc__, declare_flags, inspect_command)
+main = INSPECT.main
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proactivebench_builder.core import buildfolder
-from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, positive_int, run_command
+from proactivebench_builder.core import buildfolder, phases
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, one_line, positive_int
 from proactivebench_builder.pipeline import dataset_card, publish
 from proactivebench_builder.pipeline.commands import subcommand, validate
+from proactivebench_builder.transforms import load_scenarios
 
 HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec URL"
 
@@ -24,9 +25,7 @@ HELP = "publish a built folder to a Hugging Face Hub dataset repo or any fsspec 
 PROG = "run_pipeline.py publish"
 
 
-def parser() -> CommandParser:
-    p = CommandParser(prog=PROG, description=__doc__,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(p: CommandParser) -> None:
     p.add_argument("folder", help="the built output folder (run_pipeline.py --output DIR)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--repo_id", help="Hub dataset repo to publish to, e.g. me/ProactiveBench")
@@ -66,8 +65,8 @@ def parser() -> CommandParser:
                         "labels or an unfiltered pool, or imported from other than the released "
                         "split); its card says so. Without it such a build is refused for "
                         "--repo_id")
+    phases.add_flags(p)
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    return p
 
 
 def target_of(args: argparse.Namespace):
@@ -86,15 +85,12 @@ def target_of(args: argparse.Namespace):
     return publish.FsspecTarget(args.to)
 
 
-@subcommand("publish", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, publish_command, argv)
-
-
 def record_contract(folder: str) -> list[str]:
     """Every row of the folder against the record contract, and every config loaded through
-    `datasets` (the `validate` command's checks)."""
-    return validate.validate_folder(folder) or validate.load_problems(folder.rstrip("/"))
+    `datasets` (the `validate` command's checks). Its status and checksums are not read again:
+    `publish.validate_for_publishing` has checked them just before."""
+    return (validate.validate_folder(folder, check_status=False)
+            or validate.load_problems(folder.rstrip("/")))
 
 
 def stand_ins(folder: str) -> dict:
@@ -124,18 +120,20 @@ def check_stand_ins(args) -> None:
           file=sys.stderr)
 
 
-def publish_command(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def publish_command(args: argparse.Namespace) -> int:
+    load_scenarios()  # an unusable scenario path is refused before any work
     try:
         check_stand_ins(args)
-        plan = publish.publish(
-            args.folder, target_of(args), dry_run=args.dry_run, with_upstream=args.with_upstream,
-            upstream_prefix=args.upstream_prefix.rstrip("/"), commit_message=args.commit_message,
-            max_commit_bytes=args.max_commit_bytes, max_commit_files=args.max_commit_files,
-            archive_max_bytes=args.archive_max_bytes, staging_dir=args.staging_dir,
-            check=record_contract)
+        with phases.showing(phases.mode_for(args.progress), PROG):
+            plan = publish.publish(
+                args.folder, target_of(args), dry_run=args.dry_run,
+                with_upstream=args.with_upstream,
+                upstream_prefix=args.upstream_prefix.rstrip("/"),
+                commit_message=args.commit_message, max_commit_bytes=args.max_commit_bytes,
+                max_commit_files=args.max_commit_files, archive_max_bytes=args.archive_max_bytes,
+                staging_dir=args.staging_dir, check=record_contract)
     except publish.PublishError as err:
-        print(f"PUBLISH FAILED: {err}", file=sys.stderr)
+        print(f"PUBLISH FAILED: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     print(publish.format_plan(plan))
     if args.dry_run:
@@ -143,3 +141,7 @@ def publish_command(argv: list[str]) -> int:
     elif not plan.empty:
         print(f"published to {plan.target}")
     return 0
+
+
+PUBLISH = subcommand("publish", HELP, __doc__, declare_flags, publish_command)
+main, parser = PUBLISH.main, PUBLISH.parser

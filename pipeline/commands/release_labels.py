@@ -29,7 +29,7 @@ import json
 import sys
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command, unknown_name
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, unknown_name
 from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.core.layout import upstream_jsonl_name
 from proactivebench_builder.pipeline.commands import subcommand
@@ -43,9 +43,7 @@ MAX_JSONL_BYTES = 256 << 20  # the released files are 41 kB to 2.5 MB
 MAX_PROBLEMS_SHOWN = 5
 
 
-def parser() -> CommandParser:
-    p = CommandParser(prog=PROG, description=__doc__,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(p: CommandParser) -> None:
     p.add_argument("--release", required=True, metavar="DIR",
                    help="the release's test/ folder (holding <config>_preprocessed.jsonl), "
                         "local or any fsspec URL")
@@ -63,7 +61,6 @@ def parser() -> CommandParser:
     p.add_argument("--dry_run", action="store_true",
                    help="derive and report, write nothing")
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    return p
 
 
 def needs_release_labels(cls) -> bool:
@@ -141,13 +138,7 @@ def read_records(url: str) -> tuple[list[tuple[int, dict]], int, str]:
     return records, bad, f"{name}, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
 
 
-@subcommand("release_labels", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, release_labels_command, argv)
-
-
-def release_labels_command(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def release_labels_command(args: argparse.Namespace) -> int:
     scenarios = chosen_scenarios(args.scenarios)
     release = args.release.rstrip("/")
     if not fileio.is_dir(release):
@@ -213,3 +204,8 @@ def release_labels_command(argv: list[str]) -> int:
     if args.dry_run:
         print("dry run: nothing was written")
     return 0
+
+
+RELEASE_LABELS = subcommand("release_labels", HELP, __doc__, declare_flags,
+                            release_labels_command)
+main, parser = RELEASE_LABELS.main, RELEASE_LABELS.parser

@@ -32,6 +32,7 @@ users load them (`load_problems`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -39,11 +40,11 @@ from collections import defaultdict
 
 import pyarrow.parquet as pq
 
-from proactivebench_builder.core import buildfolder, contract, fileio
-from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser, run_command
+from proactivebench_builder.core import buildfolder, contract, fileio, phases
+from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, TRAIN, TRAIN_CONFIG, TRAIN_DIR, folder_label)
+    BUILD_REPORT, POOL_SETS, TRAIN, TRAIN_CONFIG, TRAIN_DIR, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
 from proactivebench_builder.core.records import arrow_schema, schema_of, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
@@ -180,6 +181,7 @@ class FolderValidator:
         self.decode_frames = decode_frames
         self.check_status = check_status  # the build's own final check runs before its status
         self.problems: list[str] = []
+        self.step = phases.Phase()  # the rows phase, once under way
         self.report: dict | None = None  # build.json, once read
         self.rows: dict[tuple[str, str], int] = defaultdict(int)
         self.ids_by_key: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
@@ -209,18 +211,24 @@ class FolderValidator:
         self.problems += buildfolder.check_card(self.root, folders, train)
         for config in sorted({config for _, config in folders}):
             self.problems += [p for p in [unregistered_problem(config)] if p]
-        for (shard_set, config), names in sorted(folders.items()):
-            self.problems += buildfolder.check_shard_names(shard_set, config, names)
-            for name in names:
-                self.check_shard(shard_set, config, name)
-        if train:
-            self.problems += buildfolder.check_shard_names(TRAIN, TRAIN_CONFIG, train)
-            for name in train:
-                self.check_train_shard(name)
+        with phases.phase(self.rows_phase(), total=reported_rows(report),
+                          unit="rows") as self.step:
+            for (shard_set, config), names in sorted(folders.items()):
+                self.problems += buildfolder.check_shard_names(shard_set, config, names)
+                for name in names:
+                    self.check_shard(shard_set, config, name)
+            if train:
+                self.problems += buildfolder.check_shard_names(TRAIN, TRAIN_CONFIG, train)
+                for name in train:
+                    self.check_train_shard(name)
         if report is not None:
             self.problems += buildfolder.check_report_counts(report, self.rows, folders)
             self.problems += self.check_train_counts(report, train)
         return self.problems
+
+    def rows_phase(self) -> str:
+        frames = "" if self.decode_frames else " (frames not read)"
+        return f"checking every row against the record contract{frames}"
 
     def confined(self, where: str) -> bool:
         """Whether the shard `where` is a regular file inside the folder (a link leading out or
@@ -252,6 +260,7 @@ class FolderValidator:
         seen = self.ids_by_key[(TRAIN, TRAIN_CONFIG)]
         for row in iter_rows(url, columns):
             self.rows[(TRAIN, TRAIN_CONFIG)] += 1
+            self.step.update()
             key = row.get("key")
             for problem in train_row_problems(row):
                 self.problems.append(f"{where}: key {key!r}: {problem}")
@@ -291,6 +300,7 @@ class FolderValidator:
         before = self.rows[(shard_set, config)]
         for row in iter_rows(url, columns):
             self.rows[(shard_set, config)] += 1
+            self.step.update()
             key = row.get("key")
             for problem in row_problems(row, config):
                 self.problems.append(f"{where}: key {key!r}: {problem}")
@@ -313,6 +323,31 @@ class FolderValidator:
         ids.add(row_id)
 
 
+def reported_rows(report: dict | None) -> int | None:
+    """The rows build.json says the shards hold (the pool's sets and train), None without a
+    report of the shape a build writes."""
+    if not isinstance(report, dict):
+        return None
+    rows = sum(count for entry in report.get("scenarios", {}).values()
+               for shard_set, count in (entry.get("rows") or {}).items()
+               if shard_set in POOL_SETS)
+    return rows + (report.get("train") or {}).get("rows", 0)
+
+
+@contextlib.contextmanager
+def datasets_bars_hidden():
+    """`datasets` draws a bar per data-file resolution: under the phase's own bar, noise."""
+    from datasets.utils import logging as datasets_logging
+
+    shown = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets_logging.enable_progress_bar()
+
+
 def load_problems(root: str) -> list[str]:
     """Every config and split the card declares, loaded the way users load them,
     `datasets.load_dataset(DIR, name=CONFIG, split=SPLIT)`, with a temporary cache (a folder's
@@ -320,25 +355,28 @@ def load_problems(root: str) -> list[str]:
     first row: the card's configs and data files are resolved, and the Parquet reader reads,
     exactly as in a full load, without copying the whole build into an Arrow cache. (A 0-row
     shard once passed every other check and failed here: "BatchSize must be greater than 0".)"""
-    # lazy: importing `datasets` takes seconds, and the build's own final check never loads
-    import datasets
-
     configs, problems = buildfolder.card_configs(root)
     if configs is None:
         return problems
-    with tempfile.TemporaryDirectory(prefix="proactivebench-validate-") as cache:
-        for entry in configs:
-            name = entry.get("config_name")
-            for files in entry.get("data_files") or []:
-                split = files.get("split")
-                try:
-                    loaded = datasets.load_dataset(root, name=name, split=split, cache_dir=cache,
-                                                   streaming=True)
-                    next(iter(loaded.decode(False)), None)
-                except Exception as err:  # noqa: BLE001 - any failure is what a user would meet
-                    text = (str(err).splitlines() or [""])[0]
-                    problems.append(f"datasets.load_dataset({root!r}, name={name!r}, "
-                                    f"split={split!r}) fails: {type(err).__name__}: {text}")
+    splits = [(entry.get("config_name"), files.get("split")) for entry in configs
+              for files in entry.get("data_files") or []]
+    with phases.phase("loading every config split with datasets.load_dataset",
+                      total=len(splits), unit="splits") as step, \
+            tempfile.TemporaryDirectory(prefix="proactivebench-validate-") as cache, \
+            datasets_bars_hidden():
+        # lazy: importing `datasets` takes seconds, and the build's own final check never loads
+        import datasets
+
+        for name, split in splits:
+            try:
+                loaded = datasets.load_dataset(root, name=name, split=split, cache_dir=cache,
+                                               streaming=True)
+                next(iter(loaded.decode(False)), None)
+            except Exception as err:  # noqa: BLE001 - any failure is what a user would meet
+                text = (str(err).splitlines() or [""])[0]
+                problems.append(f"datasets.load_dataset({root!r}, name={name!r}, "
+                                f"split={split!r}) fails: {type(err).__name__}: {text}")
+            step.update()
     return problems
 
 
@@ -351,23 +389,21 @@ def validate_folder(path: str, decode_frames: bool = True, check_status: bool = 
 PROG = "run_pipeline.py validate"
 
 
-@subcommand("validate", HELP)
-def main(argv: list[str]) -> int:
-    return run_command(PROG, validate_command, argv)
-
-
-def validate_command(argv: list[str]) -> int:
-    parser = CommandParser(prog=PROG, description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+def declare_flags(parser: CommandParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="a built folder (local path or fsspec URL)")
     parser.add_argument("--skip_frames", action="store_true",
                         help="do not read or decode the frames (faster; checks metadata only)")
+    phases.add_flags(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    args = parser.parse_args(argv)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    load_scenarios()  # an unusable scenario path is refused before any work
     validator = FolderValidator(args.dir, decode_frames=not args.skip_frames)
-    problems = validator.run()
-    if not problems:  # the folder is sound: now load it the way its users will
-        problems = load_problems(args.dir.rstrip("/"))
+    with phases.showing(phases.mode_for(args.progress), PROG):
+        problems = validator.run()
+        if not problems:  # the folder is sound: now load it the way its users will
+            problems = load_problems(args.dir.rstrip("/"))
     rows = sum(validator.rows.values())
     if not problems:
         print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} shard sets match the "
@@ -383,6 +419,10 @@ def validate_command(argv: list[str]) -> int:
         print(f"... and {len(problems) - MAX_PRINTED} more")
     print(f"FAILED: {len(problems)} problems in {args.dir} ({rows} rows read)", file=sys.stderr)
     return 1
+
+
+VALIDATE = subcommand("validate", HELP, __doc__, declare_flags, validate_command)
+main = VALIDATE.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Focus (`Focus`): a scenario defined only under tests/, made visible to the registry the
 documented way (PROACTIVEBENCH_SCENARIO_PATH names this folder; tests/conftest.py sets it), to
 prove that one module plus one manifest (`focus.yaml`, beside this file) is a whole scenario:
-it builds, validates, filters, exports, and the runtime plays it, with no other file edited.
+it builds, validates, filters, exports, and the runtime plays it, with no other file edited. It
+imports from the scenario author's API (`transforms.api`) alone.
 
 Raw source: `<root>/images/<class>/<item>/<k>.png`, k = 0 .. frames_per_item - 1, frame 0 the
 most out-of-focus and the last one sharp (the reference). The model should ask to sharpen the
@@ -17,11 +18,8 @@ import os
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import SourceError
-from proactivebench_builder.transforms.base import Scenario
-from proactivebench_builder.core.play import Play
-from proactivebench_builder.core.vocabulary import format_category
+from proactivebench_builder.transforms.api import (Play, Scenario, SourceError, fileio,
+                                                   format_category)
 
 QUESTIONS = ("What shape is shown?", "Which shape is in the picture?")
 

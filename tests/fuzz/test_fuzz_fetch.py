@@ -1,14 +1,14 @@
 """Property-based fuzzing of fetch's and the lock's parsers of untrusted bytes (issue 22):
 
-- lock files (`core/source_lock.py`): any lines, valid or not, give a list of one-line problems
+- lock files (`fetch/source_lock.py`): any lines, valid or not, give a list of one-line problems
   and nothing else, and never read outside the folder;
-- archives (`core/extract.py`): mutated tar, tar.gz and zip bytes extract or raise
+- archives (`fetch/extract.py`): mutated tar, tar.gz and zip bytes extract or raise
   UnsafeArchive, write nothing outside the target, and keep memory bounded;
-- HTTP headers (`core/download.py`): Content-Length, Content-Range and the digest headers parse
+- HTTP headers (`fetch/download.py`): Content-Length, Content-Range and the digest headers parse
   to a plain number, (start, total) or nothing, never an exception;
 - HTTP answers (`Downloader.fetch` against a loopback server saying whatever the strategy
   draws): a file gets its final name only with the pinned bytes; any other outcome is one line;
-- manifests' `downloads:` sections (`pipeline/fetch_plan.py`, a plug-in's too): any YAML-like
+- manifests' `downloads:` sections (`fetch/plan.py`, a plug-in's too): any YAML-like
   value is a plan or a PlanError.
 
 The suite runs a short budget (PB_FUZZ_EXAMPLES, default 60 per target, derandomized); a longer
@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 
 from fuzz_budget import EXAMPLES, FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
-from proactivebench_builder.core import download, extract as extraction, source_lock
-from proactivebench_builder.core.download import Downloader, FileSpec
-from proactivebench_builder.pipeline.fetch_plan import PlanError, plan
+from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch.download import Downloader, FileSpec
+from proactivebench_builder.fetch.plan import PlanError, plan
 
 MEMORY_LIMIT = 64 << 20  # bytes a single example may allocate at its peak
 

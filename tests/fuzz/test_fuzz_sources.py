@@ -30,6 +30,7 @@ import tarfile
 import tempfile
 import tracemalloc
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -436,6 +437,7 @@ def _mvpn_root() -> str:
     return MVPN_ROOT
 
 
+@pytest.mark.build
 @FUZZ
 @given(st.one_of(maybe_mutated(mvpn_pickle()), raw_bytes))
 @example(b"\x80\x02]r" + struct.pack("<I", 1 << 27) + b".")   # memo index 2^27: 2 GB before

@@ -7,7 +7,7 @@ import csv
 import io
 import re
 
-from proactivebench_builder.core.errors import BadItem, SourceError
+from proactivebench_builder.transforms.api import BadItem, SourceError
 
 ANNOTATION_SUFFIX = ".fps1.csv"
 

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 from proactivebench_builder.transforms.changeit.csvs import ANNOTATION_SUFFIX, LABELS_CSV
 from proactivebench_builder.transforms.changeit.video import VideoReader, encode_jpeg
 

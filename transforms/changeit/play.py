@@ -4,8 +4,7 @@ hidden while waiting would (upstream's elif: only one is hidden); the cap is `ma
 (upstream's `ChangeItEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, record
-from proactivebench_builder.core.play import Behaviour, Play, unreachable
+from proactivebench_builder.transforms.api import Behaviour, Play, case, record, unreachable
 
 CONFIG = "ChangeIt"
 OBJECT, ACTION = "object", "action"

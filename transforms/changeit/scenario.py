@@ -7,10 +7,8 @@ import math
 import posixpath
 import re
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario, template_literal
+from proactivebench_builder.transforms.api import (BadItem, DeadLetter, Scenario, SourceError,
+                                                   fileio, format_category, template_literal)
 from proactivebench_builder.transforms.changeit import miniature
 from proactivebench_builder.transforms.changeit.csvs import (
     ANNOTATION_SUFFIX, parse_annotation, parse_categories_csv, parse_labels_csv, parse_video_list,
@@ -147,7 +145,7 @@ class ChangeIt(Scenario):
             except (BadItem, OSError) as err:  # one annotation file, not the whole category
                 reason = getattr(err, "reason", None) or f"unreadable annotation: {err}"
                 for qt in QUESTION_TYPES:
-                    yield results.DeadLetter(self.name, self.relative(path), reason, keys[qt])
+                    yield DeadLetter(self.name, self.relative(path), reason, keys[qt])
                 continue
             for qt in QUESTION_TYPES:
                 yield from self._question_item(keys[qt], qt, category, video_id, path,

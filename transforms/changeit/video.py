@@ -7,7 +7,7 @@ import os
 import posixpath
 import tempfile
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 
 def local_copy(url: str) -> tuple[str, bool]:

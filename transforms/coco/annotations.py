@@ -6,9 +6,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.jsonstream import (
-    READ_CHUNK_BYTES, NotAJsonObject, StreamedArray, iter_top_level)
+from proactivebench_builder.transforms.api import (READ_CHUNK_BYTES, NotAJsonObject, StreamedArray,
+                                                   fileio, iter_top_level)
 
 
 @dataclass

@@ -4,9 +4,7 @@ docs/sources.md, 'COCO views'). The option texts are upstream's: its environment
 exhausted direction's option by its exact text."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, record
-from proactivebench_builder.core.play import Behaviour, Play
-from proactivebench_builder.core.vocabulary import is_abstain
+from proactivebench_builder.transforms.api import Behaviour, Play, case, is_abstain, record
 
 CONFIG = "coco2014"
 

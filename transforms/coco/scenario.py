@@ -11,11 +11,8 @@ from collections import Counter
 
 from PIL import Image
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.seeding import hash_rank
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.api import (BadItem, Candidate, Scenario, SourceError,
+                                                   fileio, format_category, hash_rank)
 from proactivebench_builder.transforms.coco import miniature
 from proactivebench_builder.transforms.coco.annotations import (
     AnnotationIndex, ImageObjects, forget_indexes, is_int, load_index, shard_of)
@@ -304,7 +301,7 @@ class Coco(Scenario):
         quota = math.ceil(int(self.params["train_examples"]) / int(self.params["read_shards"]))
         candidates = []
         for value in train.read_unit(unit):
-            if isinstance(value, results.Candidate):
+            if isinstance(value, Candidate):
                 candidates.append(value)
             else:
                 yield value

@@ -10,8 +10,7 @@ import random
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.seeding import hash_rank
+from proactivebench_builder.transforms.api import fileio, hash_rank
 
 
 def write_miniature(root: str, params: dict, seed: int = 0) -> None:

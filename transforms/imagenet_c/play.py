@@ -3,8 +3,8 @@ accepted request shows the image one severity milder; on the last turn only the 
 (upstream's `ImageNetCEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, foreign, record
-from proactivebench_builder.core.play import MalformedRecord, Play, Steps, cap_problem
+from proactivebench_builder.transforms.api import (MalformedRecord, Play, Steps, cap_problem, case,
+                                                   foreign, record)
 
 CONFIG = "ImageNet-C"
 SEVERITIES = (5, 4, 3, 2, 1)  # play order: most severe first, mildest is the reference

@@ -2,11 +2,8 @@
 frames are one image under one corruption at its five severities (the folder's docstring)."""
 from __future__ import annotations
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import SourceError
-from proactivebench_builder.core.seeding import hash_rank
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario, template_literal
+from proactivebench_builder.transforms.api import (Scenario, SourceError, fileio, format_category,
+                                                   hash_rank, template_literal)
 from proactivebench_builder.transforms.imagenet_c import miniature
 from proactivebench_builder.transforms.imagenet_c.play import PLAY, SEVERITIES
 

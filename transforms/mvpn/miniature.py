@@ -9,7 +9,7 @@ import random
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 
 def write_miniature(root: str, params: dict, seed: int = 0) -> None:

@@ -2,8 +2,8 @@
 on the last turn only the category counts (upstream's `MVPNEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, foreign, record
-from proactivebench_builder.core.play import Behaviour, Play, unreachable
+from proactivebench_builder.transforms.api import (Behaviour, Play, case, foreign, record,
+                                                   unreachable)
 
 CONFIG = "MVP-N"
 

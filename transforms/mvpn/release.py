@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 
 import yaml
 
-from proactivebench_builder.core.vocabulary import format_category, is_label
+from proactivebench_builder.transforms.api import format_category, is_label
 
 PLACEHOLDER = re.compile(r"^product \d{4}$")
 

@@ -9,11 +9,9 @@ import pickletools
 import posixpath
 import re
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.manifests import ManifestError
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import ReleaseLabels, Scenario, template_literal
+from proactivebench_builder.transforms.api import (BadItem, ManifestError, ReleaseLabels, Scenario,
+                                                   SourceError, fileio, format_category,
+                                                   template_literal)
 from proactivebench_builder.transforms.mvpn import miniature, release
 from proactivebench_builder.transforms.mvpn.play import PLAY, ROTATE_REQUESTS
 

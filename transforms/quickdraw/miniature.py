@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 
 def write_miniature(root: str, params: dict, seed: int = 0) -> None:

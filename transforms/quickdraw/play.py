@@ -3,8 +3,7 @@ last turn only the category counts; the cap is the number of strokes (upstream's
 `QuickDrawEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, foreign, record
-from proactivebench_builder.core.play import Play, Steps
+from proactivebench_builder.transforms.api import Play, Steps, case, foreign, record
 
 CONFIG = "QuickDraw"
 

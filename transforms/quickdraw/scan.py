@@ -7,8 +7,7 @@ import heapq
 import re
 from collections import Counter
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.api import BadItem, fileio
 
 # A line as the real files write it: compact JSON, the fields in this order, ASCII only, the
 # drawing made of integers, commas and brackets. Such a line is checked by this pattern alone

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import posixpath
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario
+from proactivebench_builder.transforms.api import (BadItem, Candidate, Count, DeadLetter, Scenario,
+                                                   SourceError, fileio, format_category,
+                                                   train_label)
 from proactivebench_builder.transforms.quickdraw import miniature
 from proactivebench_builder.transforms.quickdraw.play import DETAIL_REQUESTS, PLAY
 from proactivebench_builder.transforms.quickdraw.scan import FileScan
@@ -88,28 +87,28 @@ class QuickDraw(Scenario):
         validation are paid only by lines that enter the kept ranks (see `FileScan`)."""
         k, t = int(self.params["samples_per_class"]), int(self.params["train_per_class"])
         splits = ([(self.name, 0, k)] if test else []) + \
-                 ([(results.train_label(self.name), k, k + t)] if train else [])
+                 ([(train_label(self.name), k, k + t)] if train else [])
         category = category_of_file(posixpath.basename(unit))
         scan = FileScan(self, unit, category, capacity=k + t)
         scan.run()
         for label, start, stop in splits:
-            yield results.Count(label, "raw_items", scan.raw_items)
+            yield Count(label, "raw_items", scan.raw_items)
             for what, n in sorted(scan.excluded.items()):
-                yield results.Count(label, f"excluded:{what}", n)
+                yield Count(label, f"excluded:{what}", n)
             for path, reason in scan.bad:
-                yield results.DeadLetter(label, self.relative(path), reason)
+                yield DeadLetter(label, self.relative(path), reason)
             ranked = scan.ranked()
             picked = ranked[start:stop]
             if start:
-                yield results.Count(label, "excluded:in_test_pool", min(start, len(ranked)))
+                yield Count(label, "excluded:in_test_pool", min(start, len(ranked)))
             if scan.eligible > min(len(ranked), stop):
-                yield results.Count(label, "excluded:not_sampled",
-                                    scan.eligible - min(len(ranked), stop))
+                yield Count(label, "excluded:not_sampled",
+                            scan.eligible - min(len(ranked), stop))
             for key_id, number, strokes in sorted(picked):
-                yield results.Candidate(label, f"QuickDraw/{category}/{key_id}",
-                                        {"category": category, "key_id": key_id,
-                                         "strokes": strokes, "file": self.relative(unit),
-                                         "line": number})
+                yield Candidate(label, f"QuickDraw/{category}/{key_id}",
+                                {"category": category, "key_id": key_id,
+                                 "strokes": strokes, "file": self.relative(unit),
+                                 "line": number})
 
     def _parse_line(self, line: bytes, category: str) -> dict:
         try:

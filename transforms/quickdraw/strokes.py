@@ -7,7 +7,7 @@ import math
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.transforms.api import BadItem
 
 
 def parse_strokes(drawing, raw: bool) -> list[list[list[int]]]:

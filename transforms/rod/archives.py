@@ -13,7 +13,7 @@ import tarfile
 import threading
 import zlib
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 # A GNU long name or a PAX extended header longer than this refuses its archive unread: tarfile
 # reads such a header whole before any member is looked at (a header declaring 256 MiB held
@@ -246,10 +246,10 @@ def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes
 
 
 ACCESS_POINT_EVERY = 16 << 20  # uncompressed bytes between two access points of a gzip reader
-# compressed bytes fed to the decompressor at a time: deflate expands at most ~1032x, so one feed
-# adds at most ~17 MB to the buffer whatever the archive holds (a bomb is bounded as in
-# `decompressed`'s readers)
-_GZIP_CHUNK = 1 << 14
+_GZIP_CHUNK = 1 << 14  # compressed bytes read at a time
+# uncompressed bytes one feed adds to the buffer at most, whatever the archive holds (deflate
+# expands ~1032x: a bomb is bounded as in `decompressed`'s readers)
+_GZIP_OUT = 1 << 20
 
 
 class GzipAccess:
@@ -277,38 +277,53 @@ class GzipAccess:
         self._raw.seek(comp)
         self._d = decompressor.copy() if decompressor is not None else _new_gzip_member()
         self._started = started
-        self._comp = comp
+        self._comp = comp            # compressed bytes read from the archive
+        self._input = b""            # of which the decompressor has not consumed these
         self._pos = out              # uncompressed offset of self._buf[0]
         self._buf = bytearray()
         self._eof = False
 
     def _feed(self) -> bool:
-        """Decompress one more chunk into the buffer; False at the end of the stream."""
-        if self._eof:
-            return False
-        chunk = self._raw.read(_GZIP_CHUNK)
-        if not chunk:
+        """Decompress up to _GZIP_OUT more bytes into the buffer; False at the end of the
+        stream."""
+        while not self._eof:
+            if self._d.eof:  # the previous member is complete: padding, or another member
+                self._input = self._input.lstrip(b"\x00")
+                if self._input:
+                    self._d, self._started = _new_gzip_member(), False
+            if not self._input:
+                self._input = self._raw.read(_GZIP_CHUNK)
+                self._comp += len(self._input)
+                if not self._input:
+                    self._end_of_input()
+                    continue
+                if self._d.eof:
+                    continue  # padding, or the next member's header
+            data = self._d.decompress(self._input, _GZIP_OUT)
+            self._started = True
+            self._input = self._d.unused_data if self._d.eof else self._d.unconsumed_tail
+            if data:
+                self._buf += data
+                self._mark()
+                return True
+        return False
+
+    def _end_of_input(self) -> None:
+        """The archive has no more bytes: what the decompressor still holds, then the end."""
+        if not self._d.eof:
+            self._buf += self._d.flush()
             if self._started and not self._d.eof:
                 raise EOFError("compressed file ended before the end-of-stream marker was "
                                "reached")
-            self._eof = True
-            return False
-        self._comp += len(chunk)
-        data = chunk
-        while data:
-            if self._d.eof:  # the previous member is complete: padding, or another member
-                data = data.lstrip(b"\x00")
-                if not data:
-                    break
-                self._d, self._started = _new_gzip_member(), False
-            self._buf += self._d.decompress(data)
-            self._started = True
-            data = self._d.unused_data if self._d.eof else b""
+        self._eof = True
+
+    def _mark(self) -> None:
         end = self._pos + len(self._buf)
         if end - self._points[-1][0] >= ACCESS_POINT_EVERY:
-            # the state after exactly self._comp compressed bytes, all of its output returned
-            self._points.append((end, self._comp, self._d.copy(), self._started))
-        return True
+            # the decompressor's state once it has consumed all but self._input of what was
+            # read and returned everything up to `end`
+            self._points.append((end, self._comp - len(self._input), self._d.copy(),
+                                 self._started))
 
     def seek(self, offset: int) -> int:
         best = max((p for p in self._points if p[0] <= offset), key=lambda p: p[0])

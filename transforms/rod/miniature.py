@@ -11,7 +11,7 @@ import tarfile
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 
 
 def write_miniature(root: str, manifest: dict, seed: int = 0) -> None:

@@ -3,8 +3,7 @@ length; on the first turn only the moves are accepted (naming the category there
 (upstream's `RODEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, record
-from proactivebench_builder.core.play import MalformedRecord, Play, Steps
+from proactivebench_builder.transforms.api import MalformedRecord, Play, Steps, case, record
 
 CONFIG = "Realistic-Occlusion-Dataset"
 # Upstream's `_fix_corruptions`: the one photo its release lacks (the raw dataset holds 1,231 of

@@ -10,12 +10,10 @@ import re
 import tarfile
 import zlib
 
-from proactivebench_builder.core import fileio, results
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.images import BadImage, check_image
-from proactivebench_builder.core.seeding import stable_hash
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import Scenario, template_literal
+from proactivebench_builder.transforms.api import (BadImage, BadItem, DeadLetter, Scenario,
+                                                   SourceError, check_image, fileio,
+                                                   format_category, stable_hash,
+                                                   template_literal)
 from proactivebench_builder.transforms.rod import miniature
 from proactivebench_builder.transforms.rod.archives import (
     ArchiveRefused, archive_version, members_of, read_member, walked)
@@ -204,7 +202,7 @@ class ROD(Scenario):
             order = [posixpath.basename(url) for url in self.archives()]
             entries = self._archive_entries(self.path(name), order.index(name))
         for entry in entries:
-            if isinstance(entry, results.DeadLetter):  # an archive cut short
+            if isinstance(entry, DeadLetter):  # an archive cut short
                 yield self.count("raw_items")
                 yield entry
                 continue

@@ -8,7 +8,7 @@ import random
 
 from PIL import Image, ImageDraw
 
-from proactivebench_builder.core import fileio
+from proactivebench_builder.transforms.api import fileio
 from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 
 

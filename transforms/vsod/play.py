@@ -2,8 +2,7 @@
 (upstream's `VSODEnvironment`)."""
 from __future__ import annotations
 
-from proactivebench_builder.core.conformance import case, record
-from proactivebench_builder.core.play import Play, Steps
+from proactivebench_builder.transforms.api import Play, Steps, case, record
 
 CONFIG = "OcclusionDataSet-MM20"
 REWIND = "Rewind the video."

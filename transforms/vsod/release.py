@@ -27,7 +27,7 @@ import re
 
 import yaml
 
-from proactivebench_builder.core.vocabulary import is_label
+from proactivebench_builder.transforms.api import is_label
 
 PROMPT_TYPES = (
     ("number_of_people", re.compile(r"\b(how many|count|number of)\b", re.IGNORECASE)),

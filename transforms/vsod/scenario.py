@@ -9,10 +9,8 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
-from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import BadItem, SourceError
-from proactivebench_builder.core.vocabulary import format_category
-from proactivebench_builder.transforms.base import ReleaseLabels, Scenario, template_literal
+from proactivebench_builder.transforms.api import (BadItem, ReleaseLabels, Scenario, SourceError,
+                                                   fileio, format_category, template_literal)
 from proactivebench_builder.transforms.vsod import miniature, release
 from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
 from proactivebench_builder.transforms.vsod.play import PLAY, REWIND, WAIT

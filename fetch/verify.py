@@ -24,7 +24,7 @@ Choices:
 Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
 - the sizes the manifest's `downloads:` section publishes are checked for the files present
   (an archive removed after its extraction is not a problem);
-- a lock file (`core/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
+- a lock file (`fetch/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
   path, size and sha256 of every file) is compared when present: every file missing, added,
   resized or changed since it was recorded is a mismatch. `record_sources` writes it
   (`--verify_sources --record`) only when every chosen folder meets every pin above (so a
@@ -39,9 +39,10 @@ import os
 import re
 import stat
 
-from proactivebench_builder.core import fileio, source_lock
-from proactivebench_builder.core.download import file_kind
-from proactivebench_builder.pipeline.fetch_plan import PlanError, pins_by_path
+from proactivebench_builder.core import fileio, phases
+from proactivebench_builder.fetch import source_lock
+from proactivebench_builder.fetch.download import file_kind
+from proactivebench_builder.fetch.plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -54,7 +55,9 @@ def verify_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
     problems = []
     for name in sorted(sources):
         manifest = manifests[name] if manifests and name in manifests else _packaged(name)
-        problems.extend(verify_source(name, sources[name], manifest))
+        lock = " and its lock file" if source_lock.exists(sources[name]) else ""
+        with phases.phase(f"verifying {name}'s source folder against its pins{lock}"):
+            problems.extend(verify_source(name, sources[name], manifest))
     return problems
 
 
@@ -84,14 +87,19 @@ def record_sources(sources: dict[str, str], manifests: dict[str, dict] | None = 
     written."""
     chosen = {name: manifests[name] if manifests and name in manifests else _packaged(name)
               for name in sorted(sources)}
-    problems = [line for name, manifest in chosen.items()
-                for line in verify_source(name, sources[name], manifest, compare_lock=False)]
+    problems = []
+    for name, manifest in chosen.items():
+        with phases.phase(f"verifying {name}'s source folder against its pins"):
+            problems += verify_source(name, sources[name], manifest, compare_lock=False)
     if problems:
         return problems, []
     written = []
     for name, manifest in chosen.items():
         try:
-            lines, files, size = source_lock.record(sources[name], name, pins_by_path(manifest))
+            with phases.phase(f"recording the sha256 of every file of {name} in its lock "
+                              "file"):
+                lines, files, size = source_lock.record(sources[name], name,
+                                                        pins_by_path(manifest))
         except OSError as err:  # a full disk, a read-only folder, a folder in its place
             lines = [f"cannot write the lock file {source_lock.lock_path(sources[name])}: "
                      f"{err.strerror or err} (errno {err.errno})"]

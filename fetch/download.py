@@ -2,7 +2,7 @@
 
 One `FileSpec` names a URL, where its file goes (relative to a folder), what is known of it
 (`size`, `md5`, `sha256`: the publishers' pins) and, for an archive the reader needs unpacked,
-how to extract it (`core/extract.py`). `Downloader.fetch_all` fetches a list of them on a thread
+how to extract it (`fetch/extract.py`). `Downloader.fetch_all` fetches a list of them on a thread
 pool and returns one `Outcome` per file; one file's failure never stops the others, and its
 message is one line.
 
@@ -14,7 +14,9 @@ How each file is handled:
   `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in
   `<folder>/.proactivebench-fetch/state.json` (size, modification time, digests), so a later run
   trusts a file whose size and modification time are unchanged without reading it again
-  (`rehash=True` reads everything again). A file that fails its pins is fetched again.
+  (`rehash=True` reads everything again). A file that fails its pins is fetched again. The
+  size a server announces for a file nothing pins is remembered there too, as soon as its
+  download starts, so that `fetch --dry_run` knows it offline (`recorded_size`).
 - **Resumable.** Bytes go to `<folder>/.proactivebench-fetch/partial/<path>.part`; a dropped
   connection keeps them, and the next attempt (a retry in this run, or the next run) asks for
   the rest with an HTTP `Range` request. A server that ignores the range (200) restarts the
@@ -45,8 +47,9 @@ How each file is handled:
   server in the tests, or a cache that mirrors several hosts).
 
 Progress is reported through two callbacks (bytes received, bytes expected), which the command
-connects to a tqdm bar. This module imports nothing of the project outside the core (it is part
-of it); its one third-party dependency is `requests` (and its urllib3).
+connects to a tqdm bar, and a third names the long steps that receive nothing (verifying a copy
+in place, extracting an archive). This module imports nothing of the project outside the core
+(it is part of it); its one third-party dependency is `requests` (and its urllib3).
 """
 from __future__ import annotations
 
@@ -69,8 +72,9 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from proactivebench_builder.core import extract as extraction
+from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.core import fileio
+from proactivebench_builder.core.phases import human_size
 
 STATE_DIR = ".proactivebench-fetch"  # fetch's bookkeeping inside each source folder
 STATE_FILE = "state.json"
@@ -153,6 +157,61 @@ def mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + "/" + tail
 
 
+def destination_paths(folder: str, spec: FileSpec) -> tuple[str, str]:
+    """(the file's final path, its partial download's path) inside `folder`."""
+    dest = os.path.join(folder, *spec.path.split("/"))
+    part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
+    return dest, part
+
+
+def matches_pins(spec: FileSpec, record: dict) -> bool:
+    """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
+    no digest is pinned, its URL is the one fetched (a record-only file's identity: a
+    manifest naming another commit's archive names another file)."""
+    if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
+        return False
+    return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
+               if getattr(spec, k) is not None)
+
+
+def verified_before(spec: FileSpec, record: dict | None, st: os.stat_result) -> bool:
+    """Whether fetch's record says it verified the file in place (`st`): the same size and
+    modification time, and pins that agree (an md5 pin needs a recorded md5)."""
+    return bool(record and record.get("size") == st.st_size
+                and record.get("mtime_ns") == st.st_mtime_ns and matches_pins(spec, record)
+                and (spec.md5 is None or record.get("md5")))
+
+
+def fetch_record(folder: str) -> dict:
+    """What fetch recorded in `folder` (`state.json`): "files" it verified, "extracted"
+    archives, and the "sizes" servers announced; each path -> a dict. Read only; empty
+    when there is no usable record."""
+    return _FolderState(folder).data
+
+
+def recorded_size(record: dict, spec: FileSpec) -> int | None:
+    """The size of `spec`'s file that fetch recorded (`fetch_record`): of the file it
+    verified, of the archive it extracted, or the one the server announced for a download
+    it started; None when it recorded none for this file (for a file nothing pins, a record
+    of another URL is of another file)."""
+    for kind in ("files", "extracted", "sizes"):
+        entry = record.get(kind, {}).get(spec.path)
+        if not isinstance(entry, dict) or type(entry.get("size")) is not int \
+                or entry["size"] < 0:
+            continue
+        # an announced size is of the URL; a verified file's record is checked as a skip is
+        if (entry.get("url") == spec.url) if kind == "sizes" else matches_pins(spec, entry):
+            return entry["size"]
+    return None
+
+
+def remember_size(state: _FolderState, spec: FileSpec, size: int) -> None:
+    """Record the size a server announced for a file nothing pins (written once per change)."""
+    entry = {"size": size, "url": spec.url}
+    if state.get("sizes", spec.path) != entry:
+        state.put("sizes", spec.path, entry)
+
+
 def header_number(value: str | None) -> int | None:
     """A byte count of a header (Content-Length), or None when it is not plain ASCII digits
     ('²' is a digit to str.isdigit() but not to int(); 5000 digits exceed int()'s limit)."""
@@ -193,7 +252,7 @@ class _FolderState:
     def __init__(self, folder: str):
         self.path = os.path.join(folder, STATE_DIR, STATE_FILE)
         self.lock = threading.Lock()
-        self.data = {"files": {}, "extracted": {}}
+        self.data = {"files": {}, "extracted": {}, "sizes": {}}
         try:
             loaded = json.loads(fileio.read_bytes(self.path, limit=STATE_LIMIT))
             if isinstance(loaded, dict):
@@ -429,7 +488,8 @@ class Downloader:
     def __init__(self, *, mirror: str | None = None, retries: int = 3, retry_wait: float = 2.0,
                  timeout: float = 60.0, min_speed: int = MIN_SPEED, rehash: bool = False,
                  remove_archives: bool = False, reserved: tuple[str, ...] = (STATE_DIR,),
-                 on_bytes=None, on_total=None, on_done=None, session_factory=None):
+                 on_bytes=None, on_total=None, on_done=None, on_phase=None,
+                 session_factory=None):
         self.mirror = mirror
         self.retries = retries
         self.retry_wait = retry_wait
@@ -441,6 +501,9 @@ class Downloader:
         self.on_bytes = on_bytes or (lambda n: None)
         self.on_total = on_total or (lambda n: None)
         self.on_done = on_done or (lambda outcome: None)  # called as each file finishes
+        # (folder, path, what): a long step of a file starts that receives nothing (reading a
+        # copy in place to verify it, extracting an archive)
+        self.on_phase = on_phase or (lambda folder, path, what: None)
         self._session_factory = session_factory or requests.Session
         self._local = threading.local()
         self._states: dict[str, _FolderState] = {}
@@ -576,9 +639,7 @@ class Downloader:
     # ---- one file ------------------------------------------------------------------------
 
     def _paths(self, folder: str, spec: FileSpec) -> tuple[str, str]:
-        dest = os.path.join(folder, *spec.path.split("/"))
-        part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
-        return dest, part
+        return destination_paths(folder, spec)
 
     def _check_inside(self, folder: str, path: str, label: str) -> None:
         """Refuse a path reached through a link out of `folder` (judged on the nearest folder
@@ -613,7 +674,7 @@ class Downloader:
         state = self.state(folder)
         if spec.extract is not None and not os.path.lexists(dest):
             done = state.get("extracted", spec.path)
-            if done and done.get("archive_removed") and self._matches_pins(spec, done):
+            if done and done.get("archive_removed") and matches_pins(spec, done):
                 outcome.message = "already extracted (archive removed)"
                 return
         self._check_destination(folder, dest, spec)
@@ -629,7 +690,7 @@ class Downloader:
         restarted = False
         while True:
             try:
-                digests, outcome.resumed_from, received = self._download(spec, part)
+                digests, outcome.resumed_from, received = self._download(spec, part, state)
                 outcome.bytes += received
             except _Restart:  # not an attempt of its own: the same request from zero
                 self._remove(part)
@@ -659,15 +720,6 @@ class Downloader:
             outcome.status = "fetched"
             return
 
-    def _matches_pins(self, spec: FileSpec, record: dict) -> bool:
-        """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
-        no digest is pinned, its URL is the one fetched (a record-only file's identity: a
-        manifest naming another commit's archive names another file)."""
-        if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
-            return False
-        return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
-                   if getattr(spec, k) is not None)
-
     def _remember(self, state: _FolderState, spec: FileSpec, dest: str, digests: _Digests):
         st = os.stat(dest, follow_symlinks=False)
         state.put("files", spec.path, {
@@ -681,10 +733,7 @@ class Downloader:
         if not stat.S_ISREG(st.st_mode):
             raise FetchError(f"{spec.path} exists and is {file_kind(st.st_mode)}; not replaced")
         record = state.get("files", spec.path)
-        if (record and not self.rehash and record.get("size") == st.st_size
-                and record.get("mtime_ns") == st.st_mtime_ns
-                and self._matches_pins(spec, record)
-                and (spec.md5 is None or record.get("md5"))):
+        if not self.rehash and verified_before(spec, record, st):
             return None
         if record and not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
             self._remove(dest)  # fetched from another URL: another file, whatever its size
@@ -708,6 +757,8 @@ class Downloader:
             if total is None and not declared:
                 self._to_partial(dest, part, spec)
                 return "cannot be verified (no pin, no size from the server): fetching again"
+        self.on_phase(folder, spec.path,
+                      f"verifying the copy in place ({human_size(st.st_size)})")
         digests = _hash_file(dest, want_md5=bool(spec.md5 or "md5" in declared),
                              stopping=self.stopping)
         problem = _mismatch(spec, digests, declared)
@@ -756,7 +807,8 @@ class Downloader:
         except FileNotFoundError:
             pass
 
-    def _download(self, spec: FileSpec, part: str) -> tuple[_Digests, int, int]:
+    def _download(self, spec: FileSpec, part: str,
+                  state: _FolderState) -> tuple[_Digests, int, int]:
         """Fetch the rest of `part` (all of it when absent); returns (digests of the whole
         file, the offset resumed from, bytes received)."""
         self._make_folder(os.path.dirname(part), spec)
@@ -797,9 +849,9 @@ class Downloader:
                 raise FetchError(f"{spec.path}: the server's answer cannot be followed "
                                  f"({type(err).__name__}: {_short(err)}; {url})") from None
             with response:
-                return self._answer(spec, part, response, offset, url, guard)
+                return self._answer(spec, part, response, offset, url, guard, state)
 
-    def _answer(self, spec, part, response, offset, url, guard):
+    def _answer(self, spec, part, response, offset, url, guard, state):
         """Judge the response's status and headers, then receive its body."""
         chain = [*response.history, response]
         declared = declared_digests(chain)
@@ -842,6 +894,8 @@ class Downloader:
             raise FetchError(f"{spec.path}: the server has {total} bytes, the manifest pins "
                              f"{spec.size}{note} ({url})")
         expected = spec.size if spec.size is not None else total
+        if spec.size is None and total is not None:
+            remember_size(state, spec, total)
         if expected is None and not getattr(response.raw, "chunked", False) and \
                 not (spec.md5 or spec.sha256 or declared):
             raise FetchError(f"{spec.path}: the server sent no length (neither Content-Length "
@@ -948,6 +1002,8 @@ class Downloader:
             return
         target = os.path.join(folder, *[p for p in spec.extract.into.split("/") if p])
         self._check_inside(folder, os.path.join(target, "x"), f"{spec.path}: extraction")
+        self.on_phase(folder, spec.path,
+                      f"extracting it ({human_size(os.path.getsize(dest))})")
         files, size = extraction.extract(dest, target,
                                          strip_components=spec.extract.strip_components,
                                          limits=spec.extract.limits,

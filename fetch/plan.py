@@ -10,6 +10,8 @@ Schema (every key but `files` optional; see any `source_manifests/<name>.yaml`, 
           size: 123                 # bytes, when published
           approx_size: 21000000000  # or, when no byte count is published: an approximate
                                     #     size (not a pin), for fetch's dry run and disk check
+          unknown_size: "why"       # or: why no size is known before downloading (fetch's
+                                    #     dry run says it; fetch records the size it learns)
           md5: <32 hex>             # the publisher's digest(s) ...
           sha256: <64 hex>
           pins_from: https://...    # ... and the page or file that publishes them (required
@@ -42,14 +44,14 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from proactivebench_builder.core import extract as extraction
-from proactivebench_builder.core.download import (
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.download import (
     MD5_PATTERN, SHA256_PATTERN, STATE_DIR, ExtractSpec, FileSpec)
-from proactivebench_builder.core.source_lock import LOCK_NAME
+from proactivebench_builder.fetch.source_lock import LOCK_NAME
 
 SOURCES_ROOT_PLACEHOLDER = "<sources_root>"
-FILE_KEYS = {"url", "path", "size", "approx_size", "md5", "sha256", "pins_from", "record_only",
-             "extract", "train_only", "for_each"}
+FILE_KEYS = {"url", "path", "size", "approx_size", "unknown_size", "md5", "sha256", "pins_from",
+             "record_only", "extract", "train_only", "for_each"}
 # names at the top of a source folder that belong to fetch and the lock: no download, no
 # archive member may take them
 RESERVED_NAMES = (STATE_DIR, LOCK_NAME)
@@ -66,6 +68,7 @@ class PlannedFile:
     pins_from: str | None = None
     record_only: str | None = None
     approx_size: int | None = None  # bytes, approximate (never checked): sizes fetch foresees
+    unknown_size: str | None = None  # why no size is known before downloading, when none is
 
 
 @dataclass
@@ -217,6 +220,11 @@ def _planned(entry: dict, url: str, path: str, where: str) -> PlannedFile:
     if approx is not None and (isinstance(approx, bool) or not isinstance(approx, int)
                                or approx <= 0):
         raise PlanError(f"{where}: approx_size {approx!r} is not a positive byte count")
+    unknown_size = entry.get("unknown_size")
+    if unknown_size is not None and not (isinstance(unknown_size, str) and unknown_size.strip()):
+        raise PlanError(f"{where}: unknown_size must say why no size is known")
+    if unknown_size is not None and (size is not None or approx is not None):
+        raise PlanError(f"{where}: unknown_size with a size: the size is known")
     md5 = _digest(entry.get("md5"), MD5_PATTERN, "md5", where)
     sha256 = _digest(entry.get("sha256"), SHA256_PATTERN, "sha256", where)
     pins_from, record_only = entry.get("pins_from"), entry.get("record_only")
@@ -234,7 +242,8 @@ def _planned(entry: dict, url: str, path: str, where: str) -> PlannedFile:
         raise PlanError(f"{where}: train_only must be true or false")
     spec = FileSpec(url=url, path=path, size=size, md5=md5, sha256=sha256, extract=extract)
     return PlannedFile(spec, train_only, pins_from if pinned else None,
-                       record_only if isinstance(record_only, str) else None, approx)
+                       record_only if isinstance(record_only, str) else None, approx,
+                       unknown_size)
 
 
 def _digest(value, pattern, kind: str, where: str) -> str | None:

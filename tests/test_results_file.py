@@ -1,0 +1,52 @@
+"""runtime/results_file.py: one run writes a results file at a time; nothing is counted twice."""
+from __future__ import annotations
+
+import json
+
+from proactivebench_builder.runtime import cli, results_file
+
+QD = ("--scenarios", "QuickDraw")
+
+
+def evaluate(capsys, *argv) -> tuple[int, list[str]]:
+    status = cli.main(["evaluate", "--no_progress", *argv])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return status, err
+
+
+def signature_of(*argv) -> dict:
+    return cli.run_signature(cli.parse_args(["evaluate", *argv]))
+
+
+def test_a_second_run_of_the_same_job_is_refused_in_one_line(built_miniature, tmp_path, capsys):
+    """A job launched twice: while one evaluate of a model writes the file, another of the same
+    model and settings is refused before any work, and the file holds each sample once."""
+    results = str(tmp_path / "r.jsonl")
+    argv = ("--data", built_miniature, "--model", "oracle", *QD, "--results", results)
+    with results_file.one_writer(results, signature_of(*argv)):  # the first run, still going
+        status, err = evaluate(capsys, *argv)
+        assert status == 3 and len(err) == 1, err
+        assert err[0].startswith("EVALUATE REFUSED: --results") and "same model" in err[0]
+        assert "since" in err[0] and "pid" in err[0]
+    assert evaluate(capsys, *argv)[0] == 0
+    assert evaluate(capsys, *argv)[0] == 0  # a rerun plays nothing again
+    keys = [json.loads(line)["key"] for line in open(results)]
+    assert len(keys) == len(set(keys)) > 0
+
+
+def test_runs_of_other_models_append_beside_it(built_miniature, tmp_path, capsys):
+    results = str(tmp_path / "first_round.jsonl")
+    common = ("--data", built_miniature, *QD, "--first-round-only", "--results", results)
+    with results_file.one_writer(results, signature_of("--model", "random:1", *common)):
+        assert evaluate(capsys, "--model", "random:2", *common)[0] == 0
+    assert evaluate(capsys, "--model", "random:1", *common)[0] == 0
+    lines = [json.loads(line) for line in open(results)]
+    assert {line["model"] for line in lines} == {"random:1", "random:2"}
+    assert len({(line["model"], line["key"]) for line in lines}) == len(lines)
+
+
+def test_the_lock_is_removed_when_the_run_ends(built_miniature, tmp_path, capsys):
+    results = tmp_path / "r.jsonl"
+    assert evaluate(capsys, "--data", built_miniature, "--model", "oracle", *QD, "--results",
+                    str(results))[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]

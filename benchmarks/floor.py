@@ -12,8 +12,10 @@ row's frame references. The timed loop then does, per frame reference:
 - a rendered frame (QuickDraw strokes, a COCO train view, a video frame): the scenario's own
   `load_frame`, i.e. render (or decode and crop) and encode;
 plus, for QuickDraw, parsing the ndjson lines the drawings come from (reading its source).
-Writing the output is not in the floor (the issue's definition), nor is per-sample logic
-(prompts, options, crop plans), nor loading COCO's annotation JSON.
+Writing the output is not in this compute floor, nor is per-sample logic (prompts, options,
+crop plans), nor loading COCO's annotation JSON. The loop also sums the bytes of one encoded
+copy of every frame (what the output must hold once), and `disk_floor` is the second floor:
+writing the build's output bytes once, sequentially, synced.
 """
 from __future__ import annotations
 
@@ -32,21 +34,25 @@ def plan_frames(sources: dict[str, str], seed: int = 0, train: bool = True) -> d
     """Per scenario: the frame references of its rows (and of its train examples), and counts."""
     from proactivebench_builder.transforms import load_scenarios
 
+    from proactivebench_builder.pipeline.reading import merged_fragments
+
     scenarios = load_scenarios()
     plan = {}
     for name, root in sorted(sources.items()):
         scenario = scenarios[name](seed, root)
         refs, rows = [], 0
-        for unit in scenario.list_units():
-            for value in scenario.read_unit(unit):
-                if not isinstance(value, results.Candidate):
-                    continue
-                try:
-                    row = scenario.build_sample(value.key, value.item)
-                except Exception:  # noqa: BLE001 - a dead letter in the build too
-                    continue
-                rows += 1
-                refs.extend(row["frame_refs"])
+        values = [v for unit in scenario.list_units() for v in scenario.read_unit(unit)]
+        # the parts of a raw item read in several units (ROD's archives), merged as the build does
+        values += merged_fragments([v for v in values if isinstance(v, results.Fragment)])
+        for value in values:
+            if not isinstance(value, results.Candidate):
+                continue
+            try:
+                row = scenario.build_sample(value.key, value.item)
+            except Exception:  # noqa: BLE001 - a dead letter in the build too
+                continue
+            rows += 1
+            refs.extend(row["frame_refs"])
         train_refs = []
         if train and scenario.has_train_split:
             for unit in scenario.list_train_units():
@@ -103,39 +109,67 @@ def run_floor(plan: dict, seed: int = 0) -> dict:
         start, cpu = time.perf_counter(), time.process_time()
         if name == "quickdraw":
             parse_ndjson(scenario)
-        frames = process_refs(scenario, p["refs"] + p["train_refs"])
+        frames, encoded = process_refs(scenario, p["refs"] + p["train_refs"])
         # CPU time too: on a shared machine it moves far less than wall time
         timings[name] = {"seconds": time.perf_counter() - start,
-                         "cpu_s": time.process_time() - cpu, "frames": frames}
+                         "cpu_s": time.process_time() - cpu, "frames": frames,
+                         "frame_bytes": encoded}
     return timings
 
 
-def process_refs(scenario, refs: list[dict]) -> int:
+def process_refs(scenario, refs: list[dict]) -> tuple[int, int]:
     """The essential work for each reference; tar members are grouped per archive and read in
-    one sequential pass (the way any reader of a .tar.gz must)."""
-    by_archive = defaultdict(set)
-    done = 0
+    one sequential pass (the way any reader of a .tar.gz must). Returns the frames and the
+    bytes of one encoded copy of them (what the output must hold once)."""
+    by_archive = defaultdict(list)
+    done = encoded = 0
     for ref in refs:
         kind = ref["kind"]
         if kind == "file":
             with open(ref["url"], "rb") as handle:
                 data = handle.read()
             check_image(data, posixpath.basename(ref["url"]))
+            encoded += len(data)
         elif kind == "tar_member":
-            by_archive[ref["url"]].add(ref["member"])
+            by_archive[ref["url"]].append(ref["member"])
         else:  # rendered: strokes, a crop view, a video frame
-            scenario.load_frame(ref)
+            encoded += len(scenario.load_frame(ref))
         done += 1
     for url, members in sorted(by_archive.items()):
-        read_tar_members(url, members)
-    return done
+        encoded += read_tar_members(url, members)
+    return done, encoded
 
 
-def read_tar_members(url: str, members: set) -> None:
+def read_tar_members(url: str, members: list) -> int:
+    """Read and check the listed members in one pass; returns the bytes of the references (a
+    member listed twice, ROD's substituted photo, is a frame twice in the output)."""
+    wanted = {name: members.count(name) for name in set(members)}
+    encoded = 0
     with open(url, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
         for member in tar:
-            if member.isfile() and member.name in members:
+            if member.isfile() and member.name in wanted:
                 check_image(tar.extractfile(member).read(), member.name)
+                encoded += member.size * wanted[member.name]
+    return encoded
+
+
+def disk_floor(folder: str, nbytes: int, block: int = 8 << 20) -> float:
+    """Seconds to write `nbytes` once, sequentially, into a new file in `folder` (the build's
+    output disk) and sync it: the least any build writing that many bytes there waits for."""
+    import tempfile
+
+    chunk = os.urandom(block)
+    handle, path = tempfile.mkstemp(prefix=".disk-floor-", dir=folder)
+    try:
+        start = time.perf_counter()
+        left = nbytes
+        while left > 0:
+            left -= os.write(handle, chunk if left >= block else chunk[:left])
+        os.fsync(handle)
+        return time.perf_counter() - start
+    finally:
+        os.close(handle)
+        os.remove(path)
 
 
 def parse_ndjson(scenario) -> None:

@@ -120,6 +120,12 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
             f"{floor_s:.1f} s, ratio {builds[mode]['wall_s'] / floor_s:.2f}, peak "
             f"{builds[mode]['peak_rss_bytes'] / 2**20:.0f} MiB")
     build = builds[args.modes[0]]
+    # the second floor: the build's output bytes written once, sequentially, synced, on the
+    # disk the build writes to (the fastest of --repeat)
+    output_bytes = build["output_bytes"]
+    log(f"disk floor: writing {output_bytes / 1e9:.2f} GB once x{args.repeat} ...")
+    disk_s = min(floor.disk_floor(args.workdir, output_bytes) for _ in range(args.repeat))
+    frame_bytes = sum(t.get("frame_bytes", 0) for t in timings.values())
     result = {
         "fraction": fraction, "corpus": root, "corpus_files": corpus.corpus_stats(root),
         "counts": counts, "frames": frames,
@@ -130,6 +136,13 @@ def measure_fraction(fraction: float, args, settings: dict) -> dict:
         "build": build, "builds": builds,
         "frames_per_s": frames / build["wall_s"],
         "ratio": build["wall_s"] / floor_s,
+        # what the output holds against one encoded copy of every frame (test pool and train
+        # split: the floor's bytes); the rest is metadata (other columns, reports, card)
+        "output": {"bytes": output_bytes, "frame_bytes": frame_bytes,
+                   "bytes_per_frame": output_bytes / frames,
+                   "over_one_copy": output_bytes / frame_bytes if frame_bytes else None},
+        "disk_floor": {"bytes": output_bytes, "seconds": disk_s,
+                       "ratio": build["wall_s"] / disk_s},
         # the build's CPU time over the floor's: the overhead of the work itself, apart from
         # waiting (idle cores, the disk) and from other work on a shared machine
         "cpu_ratio": build["cpu_s"] / floor_cpu_s,
@@ -214,7 +227,8 @@ def role_peaks(build: dict) -> str:
 
 def table(results: list[dict], trend: dict) -> str:
     header = ("fraction", "samples", "frames", "build s", "frames/s", "floor s", "floor CPU s",
-              "build/floor",
+              "build/floor", "disk floor s", "build/disk", "output GB", "bytes/frame",
+              "output/frames",
               "peak MiB", "driver/workers MiB", "CPU s", "cores busy", "CPU/floor CPU")
     rows = [header]
     for r in results:
@@ -224,6 +238,11 @@ def table(results: list[dict], trend: dict) -> str:
                          f"{b['wall_s']:.1f}", f"{r['frames'] / b['wall_s']:.0f}",
                          f"{floor_s:.1f}", f"{r['floor'].get('cpu_s', 0):.1f}",
                          f"{b['wall_s'] / floor_s:.2f}",
+                         f"{r['disk_floor']['seconds']:.1f}",
+                         f"{b['wall_s'] / r['disk_floor']['seconds']:.2f}",
+                         f"{b['output_bytes'] / 1e9:.2f}", f"{b['output_bytes'] / r['frames']:.0f}",
+                         f"{b['output_bytes'] / r['output']['frame_bytes']:.3f}"
+                         if r["output"]["frame_bytes"] else "-",
                          f"{b['peak_rss_bytes'] / 2**20:.0f}", role_peaks(b),
                          f"{b['cpu_s']:.1f}", f"{b['cpu_s'] / b['wall_s']:.2f}",
                          f"{b['cpu_s'] / r['floor'].get('cpu_s', floor_s * 2):.2f}"))

@@ -36,8 +36,9 @@ import yaml
 
 from proactivebench_builder.core import fileio, phases
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, CARD, SHARD_PATTERN, TEMPORARY_PREFIX, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR,
-    UNFILTERED, UPSTREAM_DIR, UPSTREAM_SUFFIX, folder_label, report_url)
+    BUILD_REPORT, CARD, POOL_SETS, SHARD_PATTERN, TEMPORARY_PREFIX, TEST, TRAIN,
+    TRAIN_CONFIG, TRAIN_DIR, UPSTREAM_DIR, UPSTREAM_SUFFIX, folder_label, report_url,
+    shard_set_of, splits_of_set)
 
 BUILDING, OK, FAILED = "building", "ok", "failed"
 
@@ -113,7 +114,9 @@ def dataset_info(files: list[dict]) -> list[dict]:
     """The `dataset_info:` block: per config, split sizes and a content fingerprint (sha256 over
     its shards). Besides informing the Hub viewer, it matters for local loading: `datasets`
     keys its cache of a folder with a `configs:` block on this YAML, not on the files, so
-    without sizes and a fingerprint a rebuilt folder would load the previous build's rows."""
+    without sizes and a fingerprint a rebuilt folder would load the previous build's rows.
+    A shard of the pool's `test` set counts in both splits it serves (`test` and
+    `unfiltered`); the download size counts every file once."""
     by_config: dict[str, list[dict]] = {}
     for f in files:
         by_config.setdefault(f["config"], []).append(f)
@@ -123,15 +126,24 @@ def dataset_info(files: list[dict]) -> list[dict]:
             parts, key=lambda f: f["path"])).encode()).hexdigest()
         splits = {}
         for f in parts:
-            entry = splits.setdefault(f["split"], {"name": f["split"], "num_bytes": 0,
-                                                   "num_examples": 0})
-            entry["num_bytes"] += f["bytes"]
-            entry["num_examples"] += f["rows"]
+            for split in _splits_of(f["split"]):
+                entry = splits.setdefault(split, {"name": split, "num_bytes": 0,
+                                                  "num_examples": 0})
+                entry["num_bytes"] += f["bytes"]
+                entry["num_examples"] += f["rows"]
         size = sum(f["bytes"] for f in parts)
         infos.append({"config_name": config, "description": f"content sha256:{digest}",
                       "splits": [splits[k] for k in sorted(splits)],
                       "download_size": size, "dataset_size": size})
     return infos
+
+
+def _splits_of(shard_set: str) -> tuple[str, ...]:
+    """The splits a listed file serves (a set this layout does not know: none)."""
+    try:
+        return splits_of_set(shard_set)
+    except KeyError:
+        return ()
 
 
 # ---- the folder check ----------------------------------------------------------------------------
@@ -357,40 +369,14 @@ def _streamed_size_and_sha256(handle, read=lambda n: None) -> tuple[int, str]:
 def _sizes_and_sha256(folder: str, paths: list[str], read=lambda n: None) -> list:
     """`size_and_sha256` of each path, or the exception it raised, in order. Files are hashed
     on one thread per core (reading and hashing release the interpreter lock: at full scale the
-    build's final check reads ~10 GB of shards and ~7 GB of export while every worker waits),
-    and a local file listed under two names (a test shard hard-linked to its pool shard) is
-    read once: each path is opened and checked as `open_listed` does, and the file it opened
-    (device, inode, size, mtime) is hashed by the first thread to reach it. `read(n)` is told
-    of the bytes each file holds as it is read (a file read once counts under every name)."""
-    import threading
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    claimed: dict = {}
-    lock = threading.Lock()
+    build's final check reads ~10 GB of shards while every worker waits). `read(n)` is told
+    of the bytes each file holds as it is read."""
+    from concurrent.futures import ThreadPoolExecutor
 
     def measure(path: str):
         try:
             with open_listed(folder, path) as handle:
-                try:
-                    found = os.fstat(handle.fileno())
-                    identity = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
-                except (AttributeError, OSError, ValueError):  # an object store's file
-                    return _streamed_size_and_sha256(handle, read)
-                with lock:
-                    first = claimed.get(identity)
-                    if first is None:
-                        claimed[identity] = mine = Future()
-                if first is not None:
-                    result = first.result()
-                    read(result[0])
-                    return result
-                try:
-                    result = _streamed_size_and_sha256(handle, read)
-                except BaseException as err:
-                    mine.set_exception(err)
-                    raise
-                mine.set_result(result)
-                return result
+                return _streamed_size_and_sha256(handle, read)
         except Exception as err:  # noqa: BLE001 - the caller names it per path
             return err
 
@@ -588,17 +574,17 @@ def card_problems(folder: str, report: dict) -> list[str]:
 # ---- what the folder holds -----------------------------------------------------------------
 
 def shard_folders(root: str) -> dict[tuple[str, str], list[str]]:
-    """(split, config) -> sorted shard file names, for every folder holding Parquet shards:
-    DIR/<config>/ is the test split, DIR/unfiltered/<config>/ the pool."""
-    found = {}
-    for split, base in ((TEST, root), (UNFILTERED, fileio.join(root, UNFILTERED))):
-        for name in fileio.list_names(base):
-            folder = fileio.join(base, name)
-            if (split == TEST and name == TRAIN_DIR) or not fileio.is_dir(folder):
-                continue
-            shards = [n for n in fileio.list_names(folder) if n.endswith(".parquet")]
-            if shards:
-                found[(split, name)] = shards
+    """(shard set, config) -> sorted shard file names, for every config folder DIR/<config>/
+    holding Parquet files: its `test` and `filtered_out` sets (`core.layout`). A Parquet file
+    named for neither is listed under `test`, where `check_shard_names` names it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for config in fileio.list_names(root):
+        folder = fileio.join(root, config)
+        if config == TRAIN_DIR or not fileio.is_dir(folder):
+            continue
+        for name in fileio.list_names(folder):
+            if name.endswith(".parquet"):
+                found.setdefault((shard_set_of(name) or TEST, config), []).append(name)
     return found
 
 
@@ -636,22 +622,22 @@ def check_build_report(root: str) -> tuple[dict | None, list[str]]:
 
 
 def check_report_counts(report: dict, rows: dict, folders: dict) -> list[str]:
-    """build.json's per-split rows and shards against what is on disk."""
+    """build.json's per-set rows and shards against what is on disk."""
     problems = []
     for name, entry in sorted(report.get("scenarios", {}).items()):
         config = entry.get("config")
         if not config:
             continue
-        for split in (TEST, UNFILTERED):
-            claimed = entry.get("rows", {}).get(split)
-            actual = rows.get((split, config), 0)
+        for shard_set in POOL_SETS:
+            claimed = entry.get("rows", {}).get(shard_set)
+            actual = rows.get((shard_set, config), 0)
             if claimed is not None and claimed != actual:
-                problems.append(f"{BUILD_REPORT}: {name}: {claimed} {split} rows reported, "
+                problems.append(f"{BUILD_REPORT}: {name}: {claimed} {shard_set} rows reported, "
                                 f"{actual} in the shards")
-            claimed_shards = entry.get("shards", {}).get(split)
-            actual_shards = len(folders.get((split, config), []))
+            claimed_shards = entry.get("shards", {}).get(shard_set)
+            actual_shards = len(folders.get((shard_set, config), []))
             if claimed_shards is not None and claimed_shards != actual_shards:
-                problems.append(f"{BUILD_REPORT}: {name}: {claimed_shards} {split} shards "
+                problems.append(f"{BUILD_REPORT}: {name}: {claimed_shards} {shard_set} shards "
                                 f"reported, {actual_shards} on disk")
     return problems
 
@@ -679,8 +665,7 @@ def check_card(root: str, folders: dict, train=()) -> list[str]:
     configs, problems = card_configs(root)
     if configs is None:
         return problems
-    on_disk = {f"{c}/{n}" if s == TEST else f"{UNFILTERED}/{c}/{n}"
-               for (s, c), names in folders.items() for n in names}
+    on_disk = {f"{c}/{n}" for (_, c), names in folders.items() for n in names}
     on_disk |= {f"{TRAIN_DIR}/{n}" for n in train}
     named = set()
     for entry in configs:
@@ -701,20 +686,25 @@ def check_card(root: str, folders: dict, train=()) -> list[str]:
     return problems
 
 
-def check_shard_names(split: str, config: str, names: list[str]) -> list[str]:
-    where = folder_label(split, config)
-    prefix = TRAIN if split == TRAIN else TEST
-    parsed = [m if m and m.group(1) == prefix else None for m in map(SHARD_PATTERN.match, names)]
-    problems = [f"{where}/{n}: not a shard name ({prefix}-IIIII-of-NNNNN.parquet)"
+def check_shard_names(shard_set: str, config: str, names: list[str]) -> list[str]:
+    """The names of one shard set are `<set>-00000-of-0000N` .. `<set>-0000(N-1)-of-0000N`."""
+    where = folder_label(shard_set, config)
+    expected = (f"{TRAIN}-IIIII-of-NNNNN.parquet" if shard_set == TRAIN else
+                " or ".join(f"{s}-IIIII-of-NNNNN.parquet" for s in POOL_SETS))
+    parsed = [m if m and m.group(1) == shard_set else None
+              for m in map(SHARD_PATTERN.match, names)]
+    problems = [f"{where}/{n}: not a shard name ({expected})"
                 for n, m in zip(names, parsed) if not m]
     numbers = sorted((int(m.group(2)), int(m.group(3))) for m in parsed if m)
     counts = {count for _, count in numbers}
     if len(counts) > 1:
-        problems.append(f"{where}: shards disagree on the shard count: {sorted(counts)} "
-                        "(a leftover of an earlier build?)")
+        problems.append(f"{where}: {shard_set} shards disagree on the shard count: "
+                        f"{sorted(counts)} (a leftover of an earlier build?)")
     elif counts and [i for i, _ in numbers] != list(range(counts.pop())):
-        problems.append(f"{where}: shard indexes {[i for i, _ in numbers]} are not 0..N-1")
+        problems.append(f"{where}: {shard_set} shard indexes {[i for i, _ in numbers]} are not "
+                        "0..N-1")
     return problems
+
 
 def stray_files(root: str, report: dict, folders: dict, train=()) -> list[str]:
     """Shard files on disk that the build report does not list: another build's, a copy, a

@@ -67,7 +67,7 @@ class BuildConfig:
     selection: Selection = field(default_factory=Selection)
     train_sources: dict = field(default_factory=dict)
     overrides: dict = field(default_factory=dict)
-    export_upstream: bool = True
+    export_upstream: bool = False
     import_upstream: str | None = None
     import_configs: tuple[str, ...] = ()
     keep_ids: bool = False

@@ -253,50 +253,6 @@ def sha256(url: str) -> str:
     return digest.hexdigest()
 
 
-# Failures of os.link that mean "this filesystem cannot link these two files": copy instead.
-_CANNOT_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP,
-                errno.EACCES}
-
-
-def link_or_copy_atomic(source: str, target: str) -> str:
-    """Give `target` the content of `source` (a finished output file of this build), atomically:
-    a hard link on a local filesystem (no bytes written: the test split of an unfiltered build
-    is its pool, shard for shard), else a copy. Both names stay valid on their own: every
-    writer here replaces files by rename, never in place. Returns "link" or "copy"."""
-    if is_local(source) and is_local(target):
-        source, target = local_path(source), local_path(target)
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        tmp = temporary_name(target)
-        try:
-            os.link(source, tmp)
-        except OSError as err:
-            if err.errno not in _CANNOT_LINK:
-                raise
-        else:
-            try:
-                os.replace(tmp, target)
-            except BaseException:
-                _remove_quietly(lambda: os.remove(tmp))
-                raise
-            return "link"
-    copy_atomic(source, target)
-    return "copy"
-
-
-def copy_atomic(source: str, target: str) -> None:
-    """Copy a file under a temporary name, then rename it (same filesystem assumed)."""
-    fs, src = filesystem(source)
-    _, dst = filesystem(target)
-    fs.makedirs(posixpath.dirname(dst) or ".", exist_ok=True)
-    tmp = temporary_name(dst)
-    try:
-        fs.copy(src, tmp)
-        fs.mv(tmp, dst)
-    except BaseException:
-        _remove_quietly(lambda: fs.exists(tmp) and fs.rm(tmp))
-        raise
-
-
 def numbered_lines(handle, limit: int, skip_bom: bool = False):
     """(line number, the line's bytes) of a binary file, or (number, None) for a line over
     `limit` bytes, whose rest is skipped a block at a time: memory never holds more than

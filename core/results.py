@@ -3,13 +3,16 @@ a candidate, a dead letter or a counted exclusion, and counts travel as values t
 DaskRunner has neither tagged outputs nor metrics. Every kind of value is built here and only
 here; steps tell them apart by type.
 
-    reading:   Candidate, DeadLetter, Count           (a scenario's read_unit yields these)
+    reading:   Candidate, Fragment, DeadLetter, Count (a scenario's read_unit yields these)
     building:  Sample, TrainExample                   (or a DeadLetter)
     selection: Prediction, KeepIds                    (the filter's inputs, per pool)
     pooling:   PoolReport, TrainPool, ShardRow        (rows keyed by their ShardKey)
     writing:   ShardWritten, Dropped, UpstreamLine    (and a DeadLetter per dropped row)
 
 Rows (`Sample.row`, `TrainExample.row`) stay plain dicts: they are the record contract's rows.
+Across a shuffle a value that grows with the data travels as a RowRef into the build's row store
+(pipeline.row_store): a candidate's item, a sample's row (with the facts its pool step decides
+on), a train example's row.
 """
 from __future__ import annotations
 
@@ -26,6 +29,19 @@ class Candidate:
     """A raw item that can become a sample (or a train example): its key and what building it
     needs (small: frames are references, not bytes)."""
     kind: ClassVar[str] = "candidate"
+    scenario: str
+    key: str
+    item: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """A part of one raw item found in one unit of raw reading (ROD: the photos of a sequence
+    found in one of its archives, which may hold the sequence's other photos apart). The
+    fragments of a key meet in the shuffle before samples are built, where the scenario
+    merges them into one Candidate (`Scenario.merge_fragments`) and the raw item is counted,
+    once."""
+    kind: ClassVar[str] = "fragment"
     scenario: str
     key: str
     item: dict
@@ -111,16 +127,23 @@ class TrainPool:
     examples: dict
 
 
+class RowRef(NamedTuple):
+    """Where a packed value lies in the build's row store (pipeline.row_store): the store file's
+    name in the output folder, the offset and the length of its bytes."""
+    name: str
+    offset: int
+    length: int
+
+
 class ShardKey(NamedTuple):
-    """Which shard a row goes to: its split and scenario (empty for the train split, which all
-    scenarios share), its index and the split's shard count, and whether the test split is the
-    same shard (no filter dropped anything: written once, linked), and whether the config's
-    pixel counts are written as float64 (a row holds a fractional one: core.records)."""
+    """Which shard a row goes to: its shard set (`core.layout`: the pool's `test` or
+    `filtered_out` rows, or `train`) and scenario (empty for the train split, which all
+    scenarios share), its index and the set's shard count, and whether the config's pixel
+    counts are written as float64 (a row holds a fractional one: core.records)."""
     split: str
     scenario: str
     index: int
     count: int
-    copy_to_test: bool
     fractional_pixels: bool = False
 
 
@@ -150,7 +173,8 @@ class ShardWritten:
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """A sample dropped while its shard was written (its frame changed after validation)."""
+    """A sample dropped while its shard was written (its frame changed after validation):
+    `split` is the shard set it was in, `in_test` whether that is the test split's."""
     kind: ClassVar[str] = "dropped"
     scenario: str
     split: str
@@ -229,12 +253,13 @@ def non_utf8_reason(text: str) -> str:
 
 
 def utf8_safe(value):
-    """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate becomes a
-    dead letter of its key, a dead letter or count gets escaped text."""
+    """`value`, or, when it holds a non-UTF-8 name, what can cross a coder: a candidate (or a
+    fragment of one) becomes a dead letter of its key, a dead letter or count gets escaped
+    text."""
     bad = not_utf8(value)
     if bad is None:
         return value
-    if isinstance(value, Candidate):
+    if isinstance(value, (Candidate, Fragment)):
         return DeadLetter(value.scenario, escaped(value.key), non_utf8_reason(escaped(bad)),
                           escaped(value.key))
     return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.config import BuildConfig
-from proactivebench_builder.core.layout import UNFILTERED, report_url
+from proactivebench_builder.core.layout import POOL_SETS, report_url
 from proactivebench_builder.filters.predictions import PredictionsError, sample_ref
 
 EXAMPLES = 3  # example keys shown per scenario
@@ -153,7 +153,7 @@ def previous_pools(config: BuildConfig) -> dict[str, dict]:
             continue
         files = build.get("files") if isinstance(build.get("files"), list) else []
         paths = [f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)
-                 and f.get("config") == entry["config"] and f.get("split") == UNFILTERED]
+                 and f.get("config") == entry["config"] and f.get("split") in POOL_SETS]
         try:
             pools[name] = _read_pool(output, paths)
         except Exception:  # noqa: BLE001 - a damaged previous build: the pool step checks

@@ -28,7 +28,7 @@ from proactivebench_builder.pipeline.import_upstream import ImportUpstream
 from proactivebench_builder.pipeline.reading import BuildSample, ListUnits, ReadUnit
 from proactivebench_builder.pipeline.reports import WriteReports
 from proactivebench_builder.pipeline.scenarios import reads_train_with_test
-from proactivebench_builder.pipeline.shards import TRAIN_POOL, AssignIdsAndShards, WriteShard
+from proactivebench_builder.pipeline.shards import AssignIdsAndShards, KeyByPool, WriteShard
 from proactivebench_builder.pipeline.spread import Spread
 
 
@@ -53,15 +53,9 @@ def _is_pool_report(value) -> bool:
 
 
 # Values cross the shuffles packed (results.packed): the local runner's build process holds
-# every grouped value between stages, and holds a byte string far smaller than the objects.
-
-def _by_scenario(value):
-    return value.scenario, results.packed(value)
-
-
-def _in_train_pool(value):
-    return TRAIN_POOL, results.packed(value)
-
+# every grouped value between stages, and holds a byte string far smaller than the objects;
+# what grows with the data (items, rows) crosses them as references into the row store
+# (pipeline.row_store): ReadUnit stores candidates' items, KeyByPool the rows.
 
 def _by_shard(value):
     # a plain tuple on the wire: Beam encodes it deterministically itself (a named tuple only
@@ -113,8 +107,8 @@ class BuildBenchmark(beam.PTransform):
         train_examples = raw | "TrainExamples" >> beam.Filter(_is_train_example)
         side_reports = raw | "DeadLettersAndCounts" >> beam.Filter(_is_report)
 
-        pool_inputs = [samples | "KeySamples" >> beam.Map(_by_scenario),
-                       train_examples | "KeyTrainExamples" >> beam.Map(_in_train_pool)]
+        pool_inputs = [samples | "KeySamples" >> beam.ParDo(KeyByPool(c)),
+                       train_examples | "KeyTrainExamples" >> beam.ParDo(KeyByPool(c))]
         if self.selection_inputs is not None:
             pool_inputs.append(self.selection_inputs(pbegin)
                                | "PackSelection" >> beam.Map(results.packed_kv))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from proactivebench_builder.core.buildfolder import dataset_info
-from proactivebench_builder.core.layout import TEST, UNFILTERED, split_glob
+from proactivebench_builder.core.layout import TEST, UNFILTERED, set_glob, split_sets
 from proactivebench_builder.transforms import manifest_of
 
 CITATION = """@article{demin2026proactivebench,
@@ -36,15 +36,21 @@ test split (see "Not the benchmark" below); rows carry their frames as images.""
 
 def configs_block(configs: list[str], extra_configs: list[dict] | None = None,
                   files: list[dict] | None = None) -> list[dict]:
-    """One entry per config with a `data_files` entry per split. Given the build's `files`, a
-    split without rows is left out (`datasets` cannot load a 0-row shard, and no shard is
-    written for it), and a config without any rows is left out altogether."""
+    """One entry per config with a `data_files` entry per split: `test` names the pool's
+    `test` set, `unfiltered` both sets (`core.layout`), so one copy of the rows serves both.
+    Given the build's `files`, a set without rows is left out (`datasets` cannot load a 0-row
+    shard, and no shard is written for it), a split without any, and a config without any
+    rows altogether."""
     entries = list(extra_configs or [])
     present = None if files is None else {(f["config"], f["split"]) for f in files}
     for config in configs:
-        data_files = [{"split": split, "path": split_glob(split, config)}
-                      for split in (TEST, UNFILTERED)
-                      if present is None or (config, split) in present]
+        data_files = []
+        for split in (TEST, UNFILTERED):
+            patterns = [set_glob(s, config) for s in split_sets(split)
+                        if present is None or (config, s) in present]
+            if patterns:
+                data_files.append({"split": split,
+                                   "path": patterns[0] if len(patterns) == 1 else patterns})
         if data_files:
             entries.append({"config_name": config, "data_files": data_files})
     return entries

@@ -96,9 +96,16 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--no_progress", "--no-progress", dest="progress", action="store_false",
             help="Do not show the build's progress.")
-        parser.add_argument(
+        export = parser.add_mutually_exclusive_group()
+        export.add_argument(
+            "--upstream_export", action="store_true",
+            help="Also write DIR/upstream: the upstream layout (<config>_preprocessed.jsonl plus "
+                 "an image file per frame) that the authors' own `proactivebench` scripts read. "
+                 "Its images are written from the bytes encoded for the shards, a second copy "
+                 "of every frame on disk (README: What a build writes).")
+        export.add_argument(
             "--no_upstream_export", action="store_true",
-            help="Skip writing DIR/upstream (the upstream JSONL layout with image files).")
+            help="Write no upstream export (the default; kept so that older commands run).")
         parser.add_argument(
             "--debug", action="store_true",
             help="Show the full traceback of a refused command or an interrupted build (a bug "

@@ -27,7 +27,7 @@ from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.buildfolder import BUILDING, FAILED, OK
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, DEAD_LETTERS, FILTER_REPORT, TRAIN, UNFILTERED, UPSTREAM_DIR)
+    BUILD_REPORT, DEAD_LETTERS, FILTER_REPORT, TRAIN, UPSTREAM_DIR)
 from proactivebench_builder.transforms import PATH_VARIABLE, get_scenario, load_scenarios
 
 WAY_OUT = ("rebuild every scenario of the folder (leave out --scenarios), or build into another "
@@ -129,8 +129,7 @@ def _refuse_foreign_shards(output: str, config: BuildConfig) -> None:
     ours = {c for c, n in config.config_to_scenario.items() if n in config.scenarios}
     others = set(config.config_to_scenario) - ours
     present = sorted(c for c in others
-                     for folder in (fileio.join(output, c), fileio.join(output, UNFILTERED, c))
-                     if any(name.endswith(".parquet") for name in _names(folder)))
+                     if any(name.endswith(".parquet") for name in _names(fileio.join(output, c))))
     if present:
         raise UpdateRefused(f"{output} holds shards of {', '.join(sorted(set(present)))} but no "
                             f"reports/build.json to keep them by (an unfinished build?): {WAY_OUT}")
@@ -158,8 +157,9 @@ def _setting_mismatches(previous: dict, filters: dict, config: BuildConfig) -> l
     if had_export is None:  # a report from before this field: the folder says
         had_export = fileio.is_dir(fileio.join(config.output, UPSTREAM_DIR))
     if bool(had_export) != bool(config.export_upstream):
-        found.append("the upstream export (" + ("made there, --no_upstream_export now"
-                                                if had_export else "skipped there, made now") + ")")
+        found.append("the upstream export (" + ("made there, not asked for now: add "
+                                                "--upstream_export" if had_export else
+                                                "not made there, asked for now") + ")")
     return found
 
 

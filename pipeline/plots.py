@@ -1,7 +1,7 @@
 """Build plots: PNG bar charts of a built folder's reports, for the end of every build.
 
 `write_build_plots(DIR)` reads `reports/build.json`, `reports/filter.json` and the `frame_ids`
-column of the unfiltered shards (never the frames), and writes under `reports/plots/`:
+column of the pool shards (never the frames), and writes under `reports/plots/`:
 
 - `samples_per_scenario.png`: raw items, rule exclusions, dead letters, pool and test samples;
 - `frames_per_sample.png`: one histogram of frames per sample for each scenario;
@@ -29,7 +29,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, FILTER_REPORT, PLOTS_DIR, UNFILTERED, split_folder)
+    BUILD_REPORT, FILTER_REPORT, PLOTS_DIR, TEST, shard_folder, shard_set_of)
 
 WIDTH = 960
 MARGIN = 24
@@ -228,12 +228,13 @@ def number(entry: dict, key: str) -> float:
 
 
 def frame_counts(output_dir: str, config: str) -> Counter:
-    """len(frame_ids) -> samples, from the unfiltered shards' `frame_ids` column only (a shard
-    that cannot be read, e.g. in a damaged folder drawn with `inspect --force`, is left out)."""
+    """len(frame_ids) -> samples, from the pool shards' `frame_ids` column only (both of its
+    sets; a shard that cannot be read, e.g. in a damaged folder drawn with `inspect --force`,
+    is left out)."""
     counts = Counter()
-    folder = split_folder(output_dir, UNFILTERED, config)
+    folder = shard_folder(output_dir, TEST, config)
     for name in fileio.list_names(folder):
-        if not name.endswith(".parquet"):
+        if shard_set_of(name) is None:
             continue
         try:
             with fileio.open_source(fileio.join(folder, name)) as handle:

@@ -5,9 +5,10 @@ What is published (the "plan"):
 
 - `README.md`, the dataset card the build rendered (its `configs:` block is how `load_dataset` and
   the Hub viewer find every config and split);
-- every Parquet shard that a `configs:` entry of the card names (`<config>/test-*`,
-  `unfiltered/<config>/test-*`, and `data/train-*` under a `default` config when a train split was
-  added), so the published files are exactly the ones a reader can reach;
+- every Parquet shard that a `configs:` entry of the card names (`<config>/test-*` and
+  `<config>/filtered_out-*`, the pool written once, and `data/train-*` under a `default` config
+  when a train split was added), so the published files are exactly the ones a reader can
+  reach, each once;
 - `reports/*` (build report, dead letters, filter report);
 - with `--with_upstream`, the upstream export laid out as the upstream release's `test/` folder:
   `test/<config>_preprocessed.jsonl` as they are, and every image folder of `upstream/` packed as
@@ -330,14 +331,21 @@ def exported_files(folder: str) -> dict[str, int]:
             for e in buildfolder.listed(report, "upstream_files") if e["path"].startswith(prefix)}
 
 
+def refuse_without_export(folder: str, exported: dict[str, int] | None = None) -> None:
+    """--with_upstream on a build that wrote no upstream export: one line saying how to make
+    it (before any work)."""
+    exported = exported_files(folder) if exported is None else exported
+    if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in exported):
+        raise PublishError(f"--with_upstream: {folder} has no upstream export (a build writes "
+                           "it only when asked: build with --upstream_export), or publish "
+                           "without --with_upstream")
+
+
 def upstream_files(folder: str, staging: str, prefix: str, max_bytes: int) -> list[PlannedFile]:
     """The upstream export as the upstream release's `test/`: top-level files as they are, each
     top-level image folder packed into zip archive(s) written under `staging`."""
     exported = exported_files(folder)
-    if not any(f.endswith(UPSTREAM_SUFFIX) and "/" not in f for f in exported):
-        raise PublishError(f"--with_upstream: {fileio.join(folder, UPSTREAM_DIR)} holds no "
-                           f"*{UPSTREAM_SUFFIX} (was the build run with --no_upstream_export?); "
-                           "rebuild, or publish without it")
+    refuse_without_export(folder, exported)
     planned = []
     groups = {}
     for name in sorted(exported):
@@ -899,6 +907,8 @@ def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool =
     check_upstream_prefix(upstream_prefix)
     refuse_inside(folder, getattr(target, "local_root", lambda: None)(), "the target")
     refuse_inside(folder, staging_dir, "--staging_dir")
+    if with_upstream and buildfolder.read_report(folder) is not None:  # (else: not a build)
+        refuse_without_export(folder)
     validate_for_publishing(folder, check, upstream=with_upstream)
     try:
         notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work

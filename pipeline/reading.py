@@ -4,6 +4,7 @@ build each candidate into a row (or a train example). Errors are values at every
 or an item that fails is a dead letter, never a crash."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 
@@ -15,6 +16,7 @@ from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.core.layout import TRAIN
 from proactivebench_builder.core.contract import check_row
 from proactivebench_builder.pipeline import failures, progress
+from proactivebench_builder.pipeline.row_store import RowStore, fetch
 from proactivebench_builder.pipeline.scenarios import (
     branch_scenario, reads_train_with_test, scenario_instance, train_scenario)
 from proactivebench_builder.transforms import get_scenario
@@ -69,6 +71,14 @@ def unit_values(scenario, unit, read, labels=()):
                 counts[value.scenario, value.what] += value.n
                 if value.what.startswith("excluded:"):
                     resolved[value.scenario] += value.n
+            elif isinstance(value, results.Fragment):
+                # counted where the fragments of its raw item meet (`merged_fragments`), unless
+                # it cannot cross a coder: then it is a dead letter, and its raw item counts here
+                safe = results.utf8_safe(value)
+                if not isinstance(safe, results.Fragment):
+                    counts[value.scenario, "raw_items"] += 1
+                    resolved[value.scenario] += 1
+                yield safe
             else:
                 resolved[value.scenario] += 1
                 yield results.utf8_safe(value)
@@ -89,6 +99,19 @@ def unit_values(scenario, unit, read, labels=()):
         yield results.Count(label, what, n)
 
 
+def merged_fragments(fragments: list):
+    """The raw items read in fragments (results.Fragment: ROD's sequences, parts of which may
+    lie in different archives), each merged by its scenario into one Candidate
+    (`Scenario.merge_fragments`, which orders the parts itself: they arrive in any order) and
+    counted as one raw item. `SpreadCandidates` brings the fragments of a key together."""
+    parts: dict[tuple[str, str], list[dict]] = {}
+    for fragment in fragments:
+        parts.setdefault((fragment.scenario, fragment.key), []).append(fragment.item)
+    for (name, key), items in sorted(parts.items()):
+        yield results.Count(name, "raw_items", 1)
+        yield results.Candidate(name, key, get_scenario(name).merge_fragments(items))
+
+
 def bad_item_letter(scenario, label: str, key: str, err: BadItem) -> results.DeadLetter:
     """The dead letter of a raw item that could not become a sample (or train example): its
     source path relative to the root when the scenario named one, else its key."""
@@ -104,16 +127,25 @@ def read_train_unit(name: str, unit, config: BuildConfig):
 
 
 class ReadUnit(beam.DoFn):
-    """Raw reading; a unit that fails as a whole becomes one dead letter, never a crash."""
+    """Raw reading; a unit that fails as a whole becomes one dead letter, never a crash. A
+    candidate's item goes to the row store (pipeline.row_store): what crosses the shuffle to
+    the building stage is its reference."""
 
     def __init__(self, config: BuildConfig):
         self.config = config
+        self._store = None
+
+    def start_bundle(self):
+        self._store = RowStore(self.config.output)
 
     def process(self, element):
         branch, name, unit = element
         label = results.train_label(name) if branch == TRAIN else name
         with progress.timed(self.config.progress_dir, "read", label):
-            yield from self.read(branch, name, unit)
+            for value in self.read(branch, name, unit):
+                if isinstance(value, results.Candidate):
+                    value = dataclasses.replace(value, item=self._store.put(value.item))
+                yield value
         progress.report(self.config.progress_dir, progress.READ, label)
 
     def read(self, branch: str, name: str, unit):
@@ -128,6 +160,7 @@ class ReadUnit(beam.DoFn):
             yield from unit_values(scenario, unit, scenario.read_unit)
 
     def finish_bundle(self):
+        self._store.close()
         progress.flush(self.config.progress_dir)
 
 
@@ -166,6 +199,8 @@ class BuildSample(beam.DoFn):
         if not isinstance(value, results.Candidate):
             yield value
             return
+        if isinstance(value.item, results.RowRef):  # (a merged fragment's item comes inline)
+            value = dataclasses.replace(value, item=fetch(self.config.output, value.item))
         folder = self.config.progress_dir
         with progress.timed(folder, "build", value.scenario):
             for built in self.built(value):

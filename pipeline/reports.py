@@ -14,9 +14,9 @@ import apache_beam as beam
 from proactivebench_builder.core import buildfolder, fileio, results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, CARD, DEAD_LETTERS, FILTER_REPORT, REPORTS_DIR, TEST, TRAIN, TRAIN_CONFIG,
-    UNFILTERED, UPSTREAM_DIR, relative_to, split_folder, split_glob)
-from proactivebench_builder.pipeline import dataset_card, failures, upstream_export
+    BUILD_REPORT, CARD, DEAD_LETTERS, FILTER_REPORT, POOL_SETS, REPORTS_DIR, TEST, TRAIN,
+    TRAIN_CONFIG, UNFILTERED, UPSTREAM_DIR, relative_to, set_glob, shard_folder)
+from proactivebench_builder.pipeline import dataset_card, failures, row_store, upstream_export
 from proactivebench_builder.pipeline.partial_rebuild import kept_configs, merge_reports
 from proactivebench_builder.pipeline.train import summarize_train
 
@@ -30,7 +30,8 @@ def reason_group(reason: str) -> str:
 
 def summarize(values: list, scenarios: list[str]) -> dict:
     """Per scenario: raw items seen, rule exclusions, samples, kept, dead letters by reason,
-    shards and bytes per split, and whether inputs = samples + dead letters + exclusions."""
+    shards, rows and bytes per shard set (the pool's `test` and `filtered_out` rows), and
+    whether inputs = samples + dead letters + exclusions."""
     per = {name: {"config": None, "raw_items": 0, "excluded": Counter(), "samples": 0,
                   "kept": 0, "dead_letters": Counter(), "shards": Counter(), "bytes": Counter(),
                   "rows": Counter(), "dropped": Counter()}
@@ -58,9 +59,9 @@ def summarize(values: list, scenarios: list[str]) -> dict:
             entry["rows"][v.split] += v.rows
     report = {}
     for name, e in per.items():
-        # a sample dropped while its shard was written is a dead letter, not a sample; the test
-        # split loses it too (written from the same shard, or dropped again when written apart)
-        e["samples"] -= e["dropped"][UNFILTERED]
+        # a sample dropped while its shard was written is a dead letter, not a sample (and not
+        # kept, when it was in the test set)
+        e["samples"] -= sum(e["dropped"][s] for s in POOL_SETS)
         e["kept"] -= e["dropped"]["kept"]
         dead = sum(e["dead_letters"].values())
         excluded = sum(e["excluded"].values())
@@ -71,9 +72,9 @@ def summarize(values: list, scenarios: list[str]) -> dict:
             "dead_letters_by_reason": dict(sorted(e["dead_letters"].items())),
             "accounted": e["raw_items"] == e["samples"] + dead + excluded,
             "bad_fraction": dead / e["raw_items"] if e["raw_items"] else 0.0,
-            "shards": {s: e["shards"][s] for s in (TEST, UNFILTERED)},
-            "rows": {s: e["rows"][s] for s in (TEST, UNFILTERED)},
-            "bytes": {s: e["bytes"][s] for s in (TEST, UNFILTERED)},
+            "shards": {s: e["shards"][s] for s in POOL_SETS},
+            "rows": {s: e["rows"][s] for s in POOL_SETS},
+            "bytes": {s: e["bytes"][s] for s in POOL_SETS},
             "frames_not_shown": e.get("frames_not_shown", []),
         }
     return report
@@ -90,6 +91,7 @@ class WriteReports(beam.DoFn):
     def write(self, values: list) -> dict:
         c = self.config
         output = c.output
+        row_store.remove_store(output)  # every shard is written: nothing reads it any more
         scenarios = sorted(c.scenarios)
         report = summarize(values, scenarios)
         for name in scenarios:  # what stands in for the benchmark's data (card, publish)
@@ -136,7 +138,7 @@ class WriteReports(beam.DoFn):
             build["train"] = train
             if train.get("rows"):
                 extra_configs.append({"config_name": TRAIN_CONFIG, "data_files": [
-                    {"split": TRAIN, "path": split_glob(TRAIN, TRAIN_CONFIG)}]})
+                    {"split": TRAIN, "path": set_glob(TRAIN, TRAIN_CONFIG)}]})
         fileio.write_bytes_atomic(fileio.join(output, BUILD_REPORT), _json(build))
         card = dataset_card.render(report, filters, stamp, extra_configs, train, files)
         fileio.write_bytes_atomic(fileio.join(output, CARD), card.encode("utf-8"))
@@ -187,13 +189,15 @@ class WriteReports(beam.DoFn):
 
     def _remove_stale_shards(self, output: str, shards: list, rebuilt=()) -> None:
         """A previous build may have written a different number of shards; leftovers would be
-        read by `load_dataset`'s glob, so every shard file not written now is removed (also
-        from a rebuilt config's split that is empty now, which has no shard)."""
+        read by `load_dataset`'s glob, so every shard file not written now is removed from the
+        folders written (and from a rebuilt config's folder whose sets are empty now, which
+        have no shard). DIR/unfiltered/<config>/ holds no shard in this layout: shards a build
+        of another layout left there, a second copy of a rebuilt config's rows, go too."""
         written = {s.path for s in shards}
-        folders = {(s.split, s.config) for s in shards}
-        folders |= {(split, config) for config in rebuilt for split in (TEST, UNFILTERED)}
-        for split, config in folders:
-            folder = split_folder(output, split, config)
+        folders = {shard_folder(output, s.split, s.config) for s in shards}
+        folders |= {shard_folder(output, TEST, config) for config in rebuilt}
+        folders |= {fileio.join(output, UNFILTERED, config) for config in rebuilt}
+        for folder in sorted(folders):
             for name in fileio.list_names(folder):
                 url = fileio.join(folder, name)
                 if name.endswith(".parquet") and url not in written:

@@ -1,6 +1,7 @@
 """The per-scenario pool step (ids, selection, shard plan) and the shard writer."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import queue
@@ -9,13 +10,14 @@ import threading
 
 import apache_beam as beam
 
-from proactivebench_builder.core import fileio, results
+from proactivebench_builder.core import results
 from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.errors import SourceError
-from proactivebench_builder.core.layout import TEST, TRAIN, UNFILTERED, shard_url
+from proactivebench_builder.core.layout import FILTERED_OUT, TEST, TRAIN, shard_url
 from proactivebench_builder.core.records import arrow_schema, has_fractional_pixels
 from proactivebench_builder.filters.selection import apply_selection
 from proactivebench_builder.pipeline import failures, progress, upstream_export
+from proactivebench_builder.pipeline.row_store import RowStore, fetch_many
 from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.train import train_shard_rows, write_train_shard
 from proactivebench_builder.pipeline.writers import (
@@ -26,13 +28,47 @@ LOG = logging.getLogger(__name__)
 TRAIN_POOL = "<train>"  # the pool key of the train split's examples (no scenario is named so)
 
 
+def pool_facts(scenario, row: dict, ref: results.RowRef) -> dict:
+    """What the pool step decides on for one sample, beside the reference of its stored row:
+    its key and id, what the selection reads (`strong_occlusions`), whether its pixel counts
+    are fractional (one column type per config) and the frames no episode of it shows."""
+    return {"key": row["key"], "id": row.get("id"), "ref": ref,
+            "strong_occlusions": row.get("strong_occlusions"),
+            "fractional": has_fractional_pixels(row), "not_shown": row_not_shown(scenario, row)}
+
+
+class KeyByPool(beam.DoFn):
+    """A sample (or train example) on its way to its pool: its row goes to the row store
+    (pipeline.row_store), and what crosses the shuffle is its pool key (the scenario, or
+    TRAIN_POOL), the row's reference and the facts the pool step decides on (`pool_facts`)."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+        self._store = None
+
+    def start_bundle(self):
+        self._store = RowStore(self.config.output)
+
+    def process(self, value):
+        ref = self._store.put(value.row)
+        if isinstance(value, results.TrainExample):
+            yield TRAIN_POOL, results.packed(dataclasses.replace(value, row=ref))
+            return
+        facts = pool_facts(scenario_instance(value.scenario, self.config), value.row, ref)
+        yield value.scenario, results.packed(dataclasses.replace(value, row=facts))
+
+    def finish_bundle(self):
+        self._store.close()
+
+
 class AssignIdsAndShards(beam.DoFn):
-    """Sees one scenario's whole pool (small: rows hold frame references, not bytes), or the
-    whole train split (key TRAIN_POOL), and assigns each row its shard.
+    """Sees one scenario's whole pool (small: the facts of each sample and the reference of its
+    stored row, `KeyByPool`), or the whole train split (key TRAIN_POOL), and assigns each row
+    its shard.
 
     `id` is the index of `key` in the sorted keys, assigned before any filtering, so ids do not
-    depend on the filter. A key seen twice keeps its first copy (in a deterministic order) and
-    the others become dead letters."""
+    depend on the filter. A key seen twice keeps its first copy (in a deterministic order: by
+    its row's `source`) and the others become dead letters."""
 
     def __init__(self, config: BuildConfig):
         self.config = config
@@ -55,21 +91,20 @@ class AssignIdsAndShards(beam.DoFn):
                 yield value
             return
         scenario = scenario_instance(name, self.config)
-        samples = sorted((v for v in values if isinstance(v, results.Sample)),
-                         key=lambda v: (v.key, repr(v.row["source"])))
+        by_key: dict[str, list[dict]] = {}
+        for value in values:
+            if isinstance(value, results.Sample):
+                by_key.setdefault(value.key, []).append(value.row)
         selection_values = [v for v in values if not isinstance(v, results.Sample)]
-        rows, seen = [], set()
-        for value in samples:
-            if value.key in seen:
-                files = value.row["source"]["files"]
-                yield results.DeadLetter(name, files[0] if files else value.key,
-                                         "duplicate key", value.key)
-                continue
-            seen.add(value.key)
-            row = value.row
+        rows = []
+        for key in sorted(by_key):
+            first, *others = self.copies_in_order(by_key[key])
+            for source in others:
+                files = source["files"]
+                yield results.DeadLetter(name, files[0] if files else key, "duplicate key", key)
             if not self.config.keep_ids:  # an imported release keeps upstream's ids
-                row["id"] = len(rows)
-            rows.append(row)
+                first["id"] = len(rows)
+            rows.append(first)
         if self.config.keep_ids:
             rows.sort(key=lambda r: r["id"])
             if len({r["id"] for r in rows}) != len(rows):
@@ -78,49 +113,58 @@ class AssignIdsAndShards(beam.DoFn):
         kept, report = apply_selection(name, scenario.config_name, rows, selection_values,
                                        self.config.selection)
         LOG.info("%s: pool of %d samples, %d kept", name, len(rows), len(kept))
-        unshown = frames_not_shown(scenario, rows)
+        unshown = tuple(item for r in rows for item in r["not_shown"])
         for item in unshown:
             LOG.info("%s: %s is a frame no episode shows (%s); its row holds %s", name,
                      item["frame"], item["why"], item["row_holds"])
         yield results.PoolReport(name, scenario.config_name, len(rows), len(kept), report,
                                  unshown)
         rows_per_shard = int(scenario.params.get("rows_per_shard", 500))
-        # Both splits are cut into runs in id order, so when the test split keeps the whole pool
-        # its shards are the pool's, byte for byte: written once, linked.
-        same = len(kept) == len(rows)
-        fractional = any(has_fractional_pixels(r) for r in rows)  # one column type per config
-        splits = [(UNFILTERED, rows)] if same else [
-            (UNFILTERED, rows), (TEST, [r for r in rows if r["key"] in kept])]
-        for split, split_rows in splits:
-            # An empty split gets no shard: `datasets` cannot load a 0-row Parquet file
-            # ("BatchSize must be greater than 0"); the card leaves the split out instead.
-            plan = ordered_shard_plan([r["key"] for r in split_rows], rows_per_shard)
+        fractional = any(r["fractional"] for r in rows)  # one column type per config
+        # The pool is written once: the rows the filter keeps (the `test` set, which is the
+        # split `test`) and those it leaves out (`filtered_out`; the split `unfiltered` reads
+        # both). Each set is cut into runs in id order.
+        sets = {TEST: [r for r in rows if r["key"] in kept],
+                FILTERED_OUT: [r for r in rows if r["key"] not in kept]}
+        for shard_set, set_rows in sets.items():
+            # An empty set gets no shard: `datasets` cannot load a 0-row Parquet file
+            # ("BatchSize must be greater than 0"); the card leaves it out instead.
+            plan = ordered_shard_plan([r["key"] for r in set_rows], rows_per_shard)
             if plan:
                 progress.report(self.config.progress_dir, progress.PLANNED, name,
                                 len(set(plan.values())))
-            for row in split_rows:
+            for row in set_rows:
                 index, count = plan[row["key"]]
                 yield results.ShardRow(
-                    results.ShardKey(split, name, index, count, same, fractional), row)
+                    results.ShardKey(shard_set, name, index, count, fractional),
+                    {"ref": row["ref"], "id": row["id"]})
+
+    def copies_in_order(self, copies: list[dict]) -> list:
+        """The facts of a key's samples, the one kept first; a key seen twice (rare) has its
+        rows read back, to order its copies by their `source` and name the others' files."""
+        if len(copies) == 1:
+            return copies
+        rows = fetch_many(self.config.output, [c["ref"] for c in copies])
+        ordered = sorted(zip(copies, rows), key=lambda pair: repr(pair[1]["source"]))
+        return [ordered[0][0]] + [row["source"] for _, row in ordered[1:]]
 
     def finish_bundle(self):
         progress.flush(self.config.progress_dir)
 
 
-def frames_not_shown(scenario, rows: list[dict]) -> tuple:
-    """What the build report says of each frame its scenario never shows (ROD's one photo
-    upstream patches around): the sample, the frame, why, and what the row holds for it (the
-    raw route's substitute, or nothing: an import needs no bytes for it)."""
+def row_not_shown(scenario, row: dict) -> tuple:
+    """What the build report says of each frame of a row its scenario never shows (ROD's one
+    photo upstream patches around): the sample, the frame, why, and what the row holds for it
+    (the raw route's substitute, or nothing: an import needs no bytes for it)."""
     behaviour = scenario.environment.rules(scenario.config_name)
     found = []
-    for row in rows:
-        for frame_id, why in sorted(behaviour.patched_frames(row).items()):
-            held = frame_id in row["frame_ids"]
-            ref = row["frame_refs"][row["frame_ids"].index(frame_id)] if held else {}
-            found.append({"key": row["key"], "frame": scenario.frame_path(row, frame_id),
-                          "why": why, "row_holds": (
-                              "another frame's photo (the manifest's frame_substitutions)"
-                              if "substitutes" in ref else "its photo" if held else "nothing")})
+    for frame_id, why in sorted(behaviour.patched_frames(row).items()):
+        held = frame_id in row["frame_ids"]
+        ref = row["frame_refs"][row["frame_ids"].index(frame_id)] if held else {}
+        found.append({"key": row["key"], "frame": scenario.frame_path(row, frame_id),
+                      "why": why, "row_holds": (
+                          "another frame's photo (the manifest's frame_substitutions)"
+                          if "substitutes" in ref else "its photo" if held else "nothing")})
     return tuple(found)
 
 
@@ -202,9 +246,10 @@ class InReadOrder:
 
 
 class WriteShard(beam.DoFn):
-    """Materializes the frames of one shard's rows and writes the shard; for the unfiltered
-    pool it also writes the upstream layout's image files and JSONL lines. Train shards are
-    written in the same stage, so both workers share one queue of shards."""
+    """Materializes the frames of one shard's rows and writes the shard; with the upstream
+    export asked for, it also writes the export's image files from the same bytes, and its
+    JSONL lines travel to the terminal step. Train shards are written in the same stage, so
+    both workers share one queue of shards."""
 
     def __init__(self, config: BuildConfig):
         self.config = config
@@ -244,15 +289,17 @@ class WriteShard(beam.DoFn):
         progress.flush(self.config.progress_dir)
 
     def write(self, shard: results.ShardKey, rows):
-        split, name, index, count, copy_to_test, fractional = shard
-        if split == TRAIN:
+        shard_set, name, index, count, fractional = shard
+        if shard_set == TRAIN:
             yield from write_train_shard(
                 self.config, index, count, rows,
                 lambda produce: produced_ahead(self.frames_thread(), produce))
             return
         scenario = scenario_instance(name, self.config)
-        rows = sorted((r for r in rows if r is not None), key=lambda r: r["id"])
-        export = split == UNFILTERED and self.config.export_upstream
+        placed = sorted(rows, key=lambda r: r["id"])  # {ref, id} of each row (AssignIds...)
+        rows = [dict(row, id=p["id"]) for p, row in zip(
+            placed, fetch_many(self.config.output, [p["ref"] for p in placed]))]
+        export = self.config.export_upstream
         output = self.config.output
 
         dropped = []
@@ -281,26 +328,21 @@ class WriteShard(beam.DoFn):
                     prefetched.close()
 
         config = scenario.config_name
-        url = shard_url(output, split, config, index, count)
+        url = shard_url(output, shard_set, config, index, count)
         written = write_parquet(url, produced_ahead(self.frames_thread(), materialized),
                                 arrow_schema(fractional),
                                 int(scenario.params.get("rows_per_row_group", 64)))
         LOG.info("%s: wrote %s (%d rows, %d bytes)", name, url, written["rows"], written["bytes"])
         for row, err in dropped:
-            LOG.warning("%s: %s dropped from %s: %s", name, row["key"], split, err.reason)
-            if split == UNFILTERED:  # one dead letter per sample, whichever splits drop it
-                yield results.DeadLetter(name, err.path or row["key"], err.reason, row["key"])
-            yield results.Dropped(name, split, split == TEST or copy_to_test)
+            LOG.warning("%s: %s dropped from %s: %s", name, row["key"], shard_set, err.reason)
+            yield results.DeadLetter(name, err.path or row["key"], err.reason, row["key"])
+            yield results.Dropped(name, shard_set, shard_set == TEST)
         dropped_keys = {row["key"] for row, _ in dropped}
         rows = [row for row in rows if row["key"] not in dropped_keys]
         if dropped_the_only_shard(url, written, count):
             return
-        facts = (written["rows"], written["bytes"], written["sha256"])
-        yield results.ShardWritten(name, config, split, url, *facts)
-        if copy_to_test:
-            twin = shard_url(output, TEST, config, index, count)
-            fileio.link_or_copy_atomic(url, twin)
-            yield results.ShardWritten(name, config, TEST, twin, *facts)
+        yield results.ShardWritten(name, config, shard_set, url, written["rows"],
+                                   written["bytes"], written["sha256"])
         if export:
             for row in rows:
                 yield results.UpstreamLine(config, row["id"], upstream_export.jsonl_line(row),

@@ -5,6 +5,7 @@ import apache_beam as beam
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.seeding import stable_hash
+from proactivebench_builder.pipeline.reading import merged_fragments
 
 SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
 
@@ -13,13 +14,31 @@ def _no_element(_) -> bool:
     return False
 
 
+KEY_BITS = 62  # a group key fits Beam's variable-length int coder
+
+
 def _keyed_by_hash(value):
-    # packed (results.packed): the local runner holds grouped values in the build process
-    return stable_hash(repr(value)) % 4096, results.packed(value)
+    # packed (results.packed): the local runner holds grouped values in the build process;
+    # the fragments of one raw item share a key, so they meet in one group. Other values get
+    # keys of their own: the local runner deals a stage's groups to its workers in turn, in the
+    # order they arrive, so the units a job lists one after the other (ROD's archives) go to
+    # different workers; two values sharing a key would go to one
+    what = (value.scenario, value.key) if isinstance(value, results.Fragment) else (repr(value),)
+    return stable_hash(*what) >> (128 - KEY_BITS), results.packed(value)
 
 
 def _ungrouped(keyed):
-    return (results.unpacked(v) for v in keyed[1])
+    """The group's values, the fragments among them merged into the raw items they are parts
+    of (`reading.merged_fragments`)."""
+    fragments = []
+    for packed in keyed[1]:
+        value = results.unpacked(packed)
+        if isinstance(value, results.Fragment):
+            fragments.append(value)
+        else:
+            yield value
+    if fragments:
+        yield from merged_fragments(fragments)
 
 
 class Spread(beam.PTransform):

@@ -13,6 +13,7 @@ annotations).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 
@@ -23,6 +24,7 @@ from proactivebench_builder.core.config import BuildConfig
 from proactivebench_builder.core.layout import TRAIN, TRAIN_CONFIG, shard_url
 from proactivebench_builder.core.records import train_arrow_schema
 from proactivebench_builder.filters.predictions import train_confidences
+from proactivebench_builder.pipeline.row_store import fetch_many
 from proactivebench_builder.pipeline.scenarios import train_scenario
 from proactivebench_builder.pipeline.writers import (
     FrameChanged, checked_frame, dropped_the_only_shard, shard_plan, write_parquet)
@@ -44,7 +46,7 @@ def train_shard_rows(examples):
     yield results.TrainPool(dict(sorted(examples_by_label.items())))
     for value in examples:
         index, count = plan[value.key]
-        yield results.ShardRow(results.ShardKey(TRAIN, "", index, count, False), value)
+        yield results.ShardRow(results.ShardKey(TRAIN, "", index, count), value)
 
 
 _CONFIDENCES: dict = {}  # predictions URL -> its train rows' columns, read once per process
@@ -66,7 +68,9 @@ def write_train_shard(config: BuildConfig, index: int, count: int, values, ahead
     an example whose frame changed since it was validated (checked as the test split's are:
     writers.checked_frame) a DeadLetter and a Dropped instead of its row. `ahead`
     (shards.produced_ahead on a thread) renders the next rows while the file is written."""
-    values = sorted(values, key=lambda v: v.key)
+    values = sorted(values, key=lambda v: v.key)  # each row a reference (shards.KeyByPool)
+    values = [dataclasses.replace(v, row=row)
+              for v, row in zip(values, fetch_many(config.output, [v.row for v in values]))]
     confidences = confidences_for(config)
     written_rows, dropped = [], []
 

@@ -54,8 +54,8 @@ from proactivebench_builder.core import buildfolder, fileio
 from proactivebench_builder.core.errors import UsageError
 from proactivebench_builder.core.images import EXTENSION_FORMATS
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, NOT_CONFIGS, SHARD_PATTERN, TEST, UNFILTERED, UPSTREAM_DIR, UPSTREAM_SUFFIX,
-    folder_label, upstream_jsonl_name)
+    BUILD_REPORT, NOT_CONFIGS, POOL_SETS, SHARD_PATTERN, TEST, UNFILTERED, UPSTREAM_DIR,
+    UPSTREAM_SUFFIX, folder_label, split_sets, upstream_jsonl_name)
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS, UPSTREAM_EXTRA_FIELDS
 from proactivebench_builder.core.released import count_kept, released_counts, released_kept_ids
 from proactivebench_builder.runtime import row_check
@@ -167,15 +167,15 @@ def is_upstream_layout(data: str) -> bool:
 
 def configs_in(data: str) -> list[str]:
     """Every config the data holds: `*_preprocessed.jsonl` files (upstream layout), the configs
-    of the shards build.json lists (a build folder: a config whose test split is empty has
-    shards in its pool only), or a Hub dataset's configs."""
+    of the pool shards build.json lists (a build folder: a config whose test split is empty has
+    `filtered_out` shards only), or a Hub dataset's configs."""
     kind = data_kind(data)
     if kind == UPSTREAM:
         return sorted(os.path.basename(p)[:-len(UPSTREAM_SUFFIX)] for p in glob.glob(
             os.path.join(glob.escape(data), "*" + UPSTREAM_SUFFIX)))
     if kind == BUILD:
         return sorted({f["config"] for f in report_files(data)
-                       if f.get("split") in PARQUET_SPLITS and f["config"] not in NOT_CONFIGS})
+                       if f.get("split") in POOL_SETS and f["config"] not in NOT_CONFIGS})
     try:
         import datasets
         with quiet_hub():
@@ -250,9 +250,12 @@ def report_files(data: str) -> list[dict]:
 
 
 def listed_shards(data: str, config: str, split: str = "test") -> list[str]:
-    """Paths (relative to DIR) of the shards build.json lists for a split of a config."""
-    return sorted(f["path"] for f in report_files(data)
-                  if f["config"] == config and f["split"] == split)
+    """Paths (relative to DIR) of the shards build.json lists for a split of a config, in the
+    order its rows come (`core.layout.split_sets`: `unfiltered` is the `test` set, then the
+    `filtered_out` set; each in id order)."""
+    files = report_files(data)
+    return [path for shard_set in split_sets(split) for path in sorted(
+        f["path"] for f in files if f["config"] == config and f["split"] == shard_set)]
 
 
 def iter_parquet_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None

@@ -162,9 +162,9 @@ def shared_build(tmp_path_factory) -> SharedBuilds:
 @pytest.fixture(scope="session")
 @builds
 def built_miniature(shared_build, miniature_root) -> str:
-    """The default build of every scenario from the miniature sources, shared by read-only
-    tests."""
-    return shared_build(miniature_root, "all")[0]
+    """A build of every scenario from the miniature sources, with the upstream export (the
+    tests of the export read it), shared by read-only tests."""
+    return shared_build(miniature_root, "all", "--upstream_export")[0]
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -326,7 +326,7 @@ def test_rebuild_is_byte_identical(built, source, tmp_path):
     # another path and another listing: the same output
     shutil.copytree(os.path.join(source, "changeit"), copy / "changeit")
     output = str(tmp_path / "again")
-    run(output, str(copy), "changeit")
+    run(output, str(copy), "changeit", "--upstream_export")
     assert shard_files(output) == shard_files(built[0], CONFIG)
     for name in ("ChangeIt_preprocessed.jsonl",):
         assert file_bytes(os.path.join(output, "upstream", name)) == \

@@ -129,6 +129,15 @@ def test_typos_exit_2_in_every_command_as_a_user_runs_them(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_the_export_asked_for_and_refused_at_once_is_one_line(capsys, tmp_path):
+    """--no_upstream_export asks for the default (no export); with --upstream_export the
+    command contradicts itself, refused before any work."""
+    line = refused(capsys, lambda: build.main([
+        "--output", str(tmp_path / "out"), "--upstream_export", "--no_upstream_export"]))
+    assert "--no_upstream_export" in line and "--upstream_export" in line
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_unknown_subcommand_names_the_closest(capsys):
     line = refused(capsys, lambda: build.main(["valdate", "DIR"]))
     assert "unknown subcommand 'valdate'; did you mean validate?" in line
@@ -197,11 +206,11 @@ def test_build_accepts_both_spellings_and_hands_beam_underscores():
     hyphens = beam_flags.parse_build_flags([
         "--sources-root=/s", "--no-train", "--max-bad-fraction", "0.5", "--final-validation",
         "off", "--direct-num-workers", "2", "--direct-running-mode=multi_processing",
-        "--no-upstream-export"])
+        "--upstream-export"])
     underscores = beam_flags.parse_build_flags([
         "--sources_root=/s", "--no_train", "--max_bad_fraction", "0.5", "--final_validation",
         "off", "--direct_num_workers", "2", "--direct_running_mode=multi_processing",
-        "--no_upstream_export"])
+        "--upstream_export"])
     assert hyphens == underscores
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
@@ -210,7 +219,7 @@ def test_build_accepts_both_spellings_and_hands_beam_underscores():
     options = PipelineOptions(hyphens)
     opts = options.view_as(BuildOptions)
     assert (opts.sources_root, opts.no_train, opts.max_bad_fraction, opts.final_validation,
-            opts.no_upstream_export) == ("/s", True, 0.5, "off", True)
+            opts.upstream_export) == ("/s", True, 0.5, "off", True)
     direct = options.view_as(DirectOptions)
     assert (direct.direct_num_workers, direct.direct_running_mode) == (2, "multi_processing")
 

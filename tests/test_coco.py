@@ -138,7 +138,7 @@ def source_root(miniature_root) -> str:
 @pytest.fixture(scope="module")
 def built(shared_build, source_root) -> tuple[str, dict]:
     """A shared build of COCO alone (read only), whose train split holds COCO's examples only."""
-    return shared_build(source_root, "coco")
+    return shared_build(source_root, "coco", "--upstream_export")
 
 
 @pytest.fixture(scope="module")
@@ -357,7 +357,7 @@ def test_upstream_export_has_every_image_its_templates_name(built):
 
 def test_same_inputs_give_identical_shards(tmp_path, built, source_root):
     output = str(tmp_path / "again")
-    run(output, source_root, "coco")
+    run(output, source_root, "coco", "--upstream_export")
     assert shard_files(output) == shard_files(built[0])
     upstream = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
     assert file_bytes(os.path.join(output, upstream)) == \

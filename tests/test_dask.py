@@ -99,7 +99,7 @@ def test_dask_build_is_byte_identical_to_the_fnapi_build(tmp_path, miniature_roo
                                                          dask_client):
     output = str(tmp_path / "dask")
     with distributed.get_task_stream(dask_client) as tasks:
-        report = build_on_dask(dask_address, output, miniature_root)
+        report = build_on_dask(dask_address, output, miniature_root, "--upstream_export")
     assert all(s["accounted"] for s in report["scenarios"].values())
     assert report["train"]["rows"] > 0  # the train split (default settings) is part of it
     assert_same_output(built_miniature, output)
@@ -127,11 +127,12 @@ def quickdraw_predictions(built_miniature: str, path) -> tuple[str, set[str]]:
 def test_leakage_filter_on_dask_keeps_the_same_samples(tmp_path, miniature_root, built_miniature,
                                                        dask_address):
     predictions, expected = quickdraw_predictions(built_miniature, tmp_path / "p.jsonl")
-    flags = (f"--predictions={predictions}", "--no_train")
+    flags = (f"--predictions={predictions}", "--no_train", "--upstream_export")
     on_dask, on_fnapi = str(tmp_path / "dask"), str(tmp_path / "fnapi")
     report = build_on_dask(dask_address, on_dask, miniature_root, "--scenarios=quickdraw", *flags)
     run(on_fnapi, miniature_root, "quickdraw", *flags)
-    kept = set(pq.read_table(os.path.join(on_dask, "QuickDraw")).column("key").to_pylist())
+    kept = {k for name in os.listdir(os.path.join(on_dask, "QuickDraw")) if name.startswith("test-")
+            for k in pq.read_table(os.path.join(on_dask, "QuickDraw", name)).column("key").to_pylist()}
     assert kept == expected
     assert report["scenarios"]["quickdraw"]["kept"] == len(expected) < \
         report["scenarios"]["quickdraw"]["samples"]

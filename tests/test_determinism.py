@@ -29,16 +29,17 @@ def _compare(a: str, b: str) -> None:
 @pytest.fixture(scope="module")
 @builds
 def built_in_worker_processes(tmp_path_factory, miniature_root) -> str:
-    """Every scenario built as a default local run builds: one worker process per core."""
+    """Every scenario built, with the upstream export, as a default local run builds: one
+    worker process per core."""
     output = str(tmp_path_factory.mktemp("worker_processes") / "proactivebench")
-    run(output, miniature_root, "all", WORKER_PROCESSES)
+    run(output, miniature_root, "all", "--upstream_export", WORKER_PROCESSES)
     return output
 
 
 def test_two_worker_threads_match_the_default_worker_processes(tmp_path, miniature_root,
                                                                 built_in_worker_processes):
     threaded = str(tmp_path / "threaded")
-    run(threaded, miniature_root, "all", "--direct_num_workers=2",
+    run(threaded, miniature_root, "all", "--upstream_export", "--direct_num_workers=2",
         "--direct_running_mode=multi_threading")
     _compare(built_in_worker_processes, threaded)
 

@@ -26,7 +26,7 @@ PROG = cli.PROG
 def qd_build(shared_build, miniature_root) -> str:
     """A shared QuickDraw-only build (its shards, its upstream export); tests copy what they
     damage."""
-    return shared_build(miniature_root, "quickdraw")[0]
+    return shared_build(miniature_root, "quickdraw", "--upstream_export")[0]
 
 
 def evaluate(capsys, *argv) -> tuple[int, str, str]:

@@ -123,7 +123,7 @@ def test_a_legal_long_file_name_builds(tmp_path, miniature_root):
                 os.rename(os.path.join(folder, name), os.path.join(folder, longer))
                 renamed += 1
     assert renamed
-    result, output = build(tmp_path, sources, "imagenet_c")
+    result, output = build(tmp_path, sources, "imagenet_c", "--upstream_export")
     assert result.returncode == 0, result.stderr[-3000:]
     report = read_json(os.path.join(output, "reports", "build.json"))
     assert report["status"] == "ok" and report["scenarios"]["imagenet_c"]["samples"] > 0

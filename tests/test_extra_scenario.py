@@ -31,13 +31,15 @@ CONFIG = "Focus"
 @pytest.fixture(scope="module")
 def focus_build(shared_build, miniature_root):
     """(sources root, output, build.json) of a shared build of the plug-in alone (read only)."""
-    output, report = shared_build(miniature_root, "focus")
+    output, report = shared_build(miniature_root, "focus", "--upstream_export")
     return miniature_root, output, report
 
 
-def _rows(output: str, split: str = "") -> list[dict]:
-    folder = os.path.join(output, split, CONFIG)
-    return [r for name in sorted(os.listdir(folder)) if name.endswith(".parquet")
+def _rows(output: str, split: str = "test") -> list[dict]:
+    """The rows of a split of the config, read from its shard sets."""
+    folder = os.path.join(output, CONFIG)
+    sets = ("test-",) if split == "test" else ("test-", "filtered_out-")
+    return [r for name in sorted(os.listdir(folder)) if name.startswith(sets)
             for r in pq.read_table(os.path.join(folder, name)).to_pylist()]
 
 
@@ -347,7 +349,7 @@ def module_build(installed_module):
     _, run_pipeline, workdir, _, _ = installed_module
     output = str(workdir / "focus-build")
     done = _installed(installed_module, run_pipeline, "--scenarios", "focus", "--output", output,
-                      "--runner=FnApiRunner", "--no_progress")
+                      "--runner=FnApiRunner", "--no_progress", "--upstream_export")
     assert done.returncode == 0, done.stderr[-3000:]
     return output
 

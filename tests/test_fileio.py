@@ -1,16 +1,13 @@
-"""File helpers the writers rely on: unique temporary names, and linking a finished output file
-under a second name (the test split of an unfiltered build) with a copy where links are
-impossible; a source path that is not a regular file (a socket, a link loop, a folder, a FIFO)
-never opened for reading, a dead letter or a failure naming it; a line over the cap skipped
-unread."""
-import errno
+"""core/fileio.py: unique temporary names, frames read ahead of their rows, a source path that is
+not a regular file (a socket, a link loop, a folder, a FIFO) never opened for reading (a dead
+letter or a failure naming it), a line over the cap skipped unread, a remote store's file read a
+bounded line at a time."""
 import json
 import os
 import shutil
 import socket
 import tracemalloc
 
-import fsspec
 import pytest
 
 from conftest import balanced, build, copy_sources, dead_letter_reasons, read_json
@@ -25,58 +22,6 @@ def test_temporary_names_are_unique_hidden_and_keep_the_name():
         folder, base = os.path.split(name)
         assert folder == "/out/QuickDraw"
         assert base.startswith(".tmp-") and base.endswith("-test-00000-of-00001.parquet")
-
-
-def test_a_local_file_is_linked_not_copied(tmp_path):
-    source = tmp_path / "unfiltered" / "a.parquet"
-    source.parent.mkdir()
-    source.write_bytes(b"shard bytes")
-    target = tmp_path / "config" / "a.parquet"
-    assert fileio.link_or_copy_atomic(str(source), str(target)) == "link"
-    assert target.read_bytes() == b"shard bytes"
-    assert os.stat(source).st_ino == os.stat(target).st_ino
-    assert sorted(os.listdir(target.parent)) == ["a.parquet"]  # no temporary name left
-    # a rebuild replaces a name by rename, so the other name keeps the old content
-    fileio.write_bytes_atomic(str(source), b"new bytes")
-    assert target.read_bytes() == b"shard bytes"
-
-
-def test_an_existing_target_is_replaced(tmp_path):
-    source, target = tmp_path / "a", tmp_path / "b"
-    source.write_bytes(b"new")
-    target.write_bytes(b"old")
-    fileio.link_or_copy_atomic(str(source), str(target))
-    assert target.read_bytes() == b"new"
-
-
-def test_falls_back_to_a_copy_when_the_filesystem_cannot_link(tmp_path, monkeypatch):
-    def refuse(src, dst):
-        raise OSError(errno.EXDEV, "Invalid cross-device link")
-
-    monkeypatch.setattr(os, "link", refuse)
-    source, target = tmp_path / "a", tmp_path / "sub" / "b"
-    source.write_bytes(b"bytes")
-    assert fileio.link_or_copy_atomic(str(source), str(target)) == "copy"
-    assert target.read_bytes() == b"bytes"
-    assert os.stat(source).st_ino != os.stat(target).st_ino
-
-
-def test_other_link_errors_are_raised(tmp_path, monkeypatch):
-    def broken(src, dst):
-        raise OSError(errno.EIO, "I/O error")
-
-    monkeypatch.setattr(os, "link", broken)
-    source = tmp_path / "a"
-    source.write_bytes(b"bytes")
-    with pytest.raises(OSError, match="I/O error"):
-        fileio.link_or_copy_atomic(str(source), str(tmp_path / "b"))
-
-
-def test_urls_are_copied():
-    fs = fsspec.filesystem("memory")
-    fs.pipe("/link-test/a", b"bytes")
-    assert fileio.link_or_copy_atomic("memory:///link-test/a", "memory:///link-test/b") == "copy"
-    assert fs.cat("/link-test/b") == b"bytes"
 
 
 def test_read_ahead_frames_come_back_in_any_order_and_spill_to_disk(monkeypatch):

@@ -49,6 +49,13 @@ def test_filter_drops_samples_at_or_above_the_threshold(tmp_path, miniature_root
     assert set(kept["key"]) == expected
     assert report["scenarios"]["quickdraw"]["kept"] == len(expected)
     assert len(datasets.load_dataset(out, name="QuickDraw", split="unfiltered")) == len(pool)
+    # the pool is written once, as two disjoint sets of shards; no export was asked for
+    rows = {}
+    for f in read_json(os.path.join(out, "reports", "build.json"))["files"]:
+        if f["config"] == "QuickDraw":
+            rows[f["split"]] = rows.get(f["split"], 0) + f["rows"]
+    assert rows == {"test": len(expected), "filtered_out": len(pool) - len(expected)}
+    assert not os.path.exists(os.path.join(out, "upstream"))
     stats = read_json(os.path.join(out, "reports", "filter.json"))["scenarios"]["quickdraw"]
     assert stats["before"] == len(pool) and stats["after"] == len(expected)
     assert stats["first_round_accuracy_after"] == 0.0
@@ -151,7 +158,7 @@ def test_export_import_round_trip_and_keep_list(tmp_path, built_miniature):
         f"--import_upstream={os.path.join(built_miniature, 'upstream')}")
     original = shard_files(built_miniature)
     for name, data in shard_files(imported).items():
-        if name.startswith("unfiltered/"):
+        if name.startswith(("QuickDraw/", "ImageNet-C/")):
             assert original[name] == data, f"{name} differs after export -> import"
     keep = tmp_path / "keep.json"
     keep.write_text(json.dumps({"QuickDraw": [0, 3, 5, 100000]}))

@@ -59,7 +59,8 @@ def test_great_pyrenees_in_the_upstream_style(rows):
 def test_corrupt_files_become_dead_letters(tmp_path, miniature_root):
     root = tmp_path / "src"
     shutil.copytree(os.path.join(miniature_root, "ImageNet-C"), root / "ImageNet-C")
-    report0 = run(str(tmp_path / "clean"), str(root), "imagenet_c")["scenarios"]["imagenet_c"]
+    report0 = run(str(tmp_path / "clean"), str(root), "imagenet_c",
+                  "--upstream_export")["scenarios"]["imagenet_c"]
     clean = read_jsonl(str(tmp_path / "clean" / "upstream" / "ImageNet-C_preprocessed.jsonl"))
     victims = [r["source"]["files"] for r in clean[:4]]
     base = root / "ImageNet-C"

@@ -58,7 +58,8 @@ def exported(output: str) -> dict[int, dict]:
 def test_integers_stay_integers_in_the_shards_and_a_re_export(tmp_path):
     folder = coco_release(tmp_path / "test", [WHOLE] * 4, [0, 1, 2, 3])
     out = str(tmp_path / "out")
-    assert run(out, "/unused", "coco", f"--import_upstream={folder}")["status"] == "ok"
+    assert run(out, "/unused", "coco", f"--import_upstream={folder}",
+               "--upstream_export")["status"] == "ok"
     shard = next(p for p in shard_files(out) if p.startswith(COCO))
     schema = pq.read_schema(os.path.join(out, shard))
     assert schema.field("horizontal_step").type == pa.int64()
@@ -77,7 +78,8 @@ def test_a_fractional_pixel_count_keeps_its_config_fractional(tmp_path):
     fractional = dict(WHOLE, top=40.5)
     folder = coco_release(tmp_path / "test", [WHOLE, fractional], [0, 1])
     out = str(tmp_path / "out")
-    assert run(out, "/unused", "coco", f"--import_upstream={folder}")["status"] == "ok"
+    assert run(out, "/unused", "coco", f"--import_upstream={folder}",
+               "--upstream_export")["status"] == "ok"
     shard = next(p for p in shard_files(out) if p.startswith(COCO))
     assert pq.read_schema(os.path.join(out, shard)).field("horizontal_step").type == pa.float64()
     assert exported(out)[1]["crop"]["top"] == 40.5

@@ -32,8 +32,8 @@ def inspected(built_miniature, tmp_path_factory) -> str:
 
 
 def configs_of(built: str) -> list[str]:
-    first_shards = glob.glob(os.path.join(built, "unfiltered", "*", "test-00000-*.parquet"))
-    return sorted(os.path.basename(os.path.dirname(p)) for p in first_shards)
+    first_shards = glob.glob(os.path.join(built, "*", "*-00000-of-*.parquet"))
+    return sorted({os.path.basename(os.path.dirname(p)) for p in first_shards} - {"data"})
 
 
 def sheet_paths(root: str) -> list[str]:
@@ -50,7 +50,7 @@ def decoded(path: str) -> Image.Image:
 
 def test_one_sheet_per_sampled_row(built_miniature, inspected):
     report = read_json(os.path.join(built_miniature, "reports", "build.json"))
-    rows = {e["config"]: e["rows"]["test"] or e["rows"]["unfiltered"]
+    rows = {e["config"]: e["rows"]["test"] or e["rows"]["filtered_out"]
             for e in report["scenarios"].values() if e["config"]}
     for config in configs_of(built_miniature):
         sheets = glob.glob(os.path.join(inspected, config, "*.png"))
@@ -159,7 +159,7 @@ def test_coco_views_follow_the_environment(box):
 def plotted(built_miniature, tmp_path_factory) -> tuple[str, list[str]]:
     copy = str(tmp_path_factory.mktemp("plots") / "built")
     shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream", "*.parquet"))
-    for path in glob.glob(os.path.join(built_miniature, "unfiltered", "*", "*.parquet")):
+    for path in glob.glob(os.path.join(built_miniature, "*", "*.parquet")):
         target = os.path.join(copy, os.path.relpath(path, built_miniature))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy(path, target)
@@ -193,7 +193,7 @@ def test_build_plots_are_byte_identical_when_redrawn(plotted):
 
 def test_frames_per_sample_reads_frame_ids_only(plotted):
     root, _ = plotted
-    # the copy holds the unfiltered shards only: frame counts need nothing else
+    # the copy holds the shards only: frame counts need nothing else
     counts = plots.frame_counts(root, "QuickDraw")
     assert sum(counts.values()) > 0 and min(counts) >= 1
 

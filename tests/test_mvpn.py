@@ -200,7 +200,7 @@ def test_upstream_export_has_every_file_the_environment_opens(built, rows, sourc
 def test_rebuild_is_byte_identical(built, miniature_root, tmp_path):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, miniature_root, "mvpn")
+    run(again, miniature_root, "mvpn", "--upstream_export")
     assert shard_files(again) == shard_files(output, CONFIG)
     name = os.path.join("upstream", f"{CONFIG}_preprocessed.jsonl")
     with open(os.path.join(output, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
@@ -327,7 +327,8 @@ def damaged(tmp_path_factory, source) -> tuple[str, dict, str]:
     ]
     write(os.path.join(lists, "test_0041_100.pkl"), pickle.dumps(elements + bad))
     output = os.path.join(str(root), "out")
-    report = run(output, os.path.dirname(src), "mvpn", "--max_bad_fraction=1")
+    report = run(output, os.path.dirname(src), "mvpn", "--max_bad_fraction=1",
+                 "--upstream_export")
     return output, report, marker
 
 

@@ -20,13 +20,35 @@ def _card(output: str) -> dict:
     return yaml.safe_load(text.split("---\n")[1])
 
 
-def test_card_lists_every_config_with_both_splits(built_miniature):
+def test_card_lists_every_config_with_both_splits_from_one_copy(built_miniature):
+    """`test` names the pool's kept rows, `unfiltered` the same files and, where the filter
+    left rows out (VSOD's weak occlusions), their set too: no file is a copy of another."""
     configs = {c["config_name"]: c for c in _card(built_miniature)["configs"]}
     assert configs.pop("default")["data_files"] == [{"split": "train",
                                                      "path": "data/train-*.parquet"}]
     assert sorted(configs) == CONFIGS
-    for config in configs.values():
-        assert [d["split"] for d in config["data_files"]] == ["test", "unfiltered"]
+    for name, config in configs.items():
+        left_out = any(n.startswith("filtered_out-") for n in
+                       os.listdir(os.path.join(built_miniature, name)))
+        test = f"{name}/test-*.parquet"
+        assert config["data_files"] == [
+            {"split": "test", "path": test},
+            {"split": "unfiltered",
+             "path": [test, f"{name}/filtered_out-*.parquet"] if left_out else test}]
+    assert not os.path.exists(os.path.join(built_miniature, "unfiltered"))
+
+
+def test_unfiltered_is_the_kept_rows_then_the_rows_left_out(built_miniature):
+    """The split `unfiltered` reads the `test` set in id order, then the rows the filter left
+    out in id order: the whole pool, each row once."""
+    config = "OcclusionDataSet-MM20"  # its weak occlusions are left out of the test split
+    test = datasets.load_dataset(built_miniature, name=config, split="test")
+    pool = datasets.load_dataset(built_miniature, name=config, split="unfiltered")
+    kept = test["id"]
+    assert kept == sorted(kept) and pool["id"][:len(kept)] == kept
+    rest = pool["id"][len(kept):]
+    assert rest and rest == sorted(rest) and not set(rest) & set(kept)
+    assert sorted(pool["id"]) == list(range(len(pool)))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -66,7 +88,7 @@ def test_build_report_accounts_for_every_raw_item(built_miniature):
     report = read_json(os.path.join(built_miniature, "reports", "build.json"))
     for name, entry in report["scenarios"].items():
         assert entry["accounted"], name
-        assert entry["rows"]["unfiltered"] == entry["samples"]
+        assert entry["rows"]["test"] + entry["rows"]["filtered_out"] == entry["samples"]
         assert entry["rows"]["test"] == entry["kept"]
     assert report["stamp"]["manifests"] and "code_version" in report["stamp"]
 

@@ -21,6 +21,7 @@ from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.transforms import load_scenarios
 
 ALL = tuple(sorted(load_scenarios()))  # what the shared full build holds (conftest's extra too)
+EXPORT = "--upstream_export"  # the shared build has the export: an update keeps it
 
 
 def digests(folder: str) -> dict[str, str]:
@@ -50,7 +51,7 @@ def full(built_miniature, tmp_path) -> str:
 def test_rebuilding_one_scenario_updates_it_and_keeps_the_others(full, miniature_root):
     before, report_before = digests(full), read_json(os.path.join(full, "reports", "build.json"))
     dead_before = open(os.path.join(full, "reports", "dead_letters.jsonl")).read()
-    run(full, miniature_root, "quickdraw", "--set", "quickdraw.samples_per_class=5")
+    run(full, miniature_root, "quickdraw", EXPORT, "--set", "quickdraw.samples_per_class=5")
     after, report = digests(full), read_json(os.path.join(full, "reports", "build.json"))
     assert validate_folder(full) == []
     assert card_configs(full) == sorted(["default"] + [report["scenarios"][n]["config"]
@@ -67,7 +68,7 @@ def test_rebuilding_one_scenario_updates_it_and_keeps_the_others(full, miniature
         assert report["scenarios"][name] == report_before["scenarios"][name]
         kept = [f for f in report_before["files"] if f["config"] == config]
         assert kept and all(f in report["files"] for f in kept)
-        for path in (p for p in before if p.startswith((config + "/", f"unfiltered/{config}/"))):
+        for path in (p for p in before if p.startswith(config + "/")):
             assert after[path] == before[path], path
     assert any(after[p] != before[p] for p in before if p.startswith("QuickDraw/"))
     # the train split, shared with COCO, was rebuilt whole: COCO's examples are still there
@@ -82,17 +83,17 @@ def test_rebuilding_one_scenario_updates_it_and_keeps_the_others(full, miniature
 
 
 def test_the_same_update_twice_changes_nothing_but_the_stamp(full, miniature_root):
-    run(full, miniature_root, "changeit", "--no_train")
+    run(full, miniature_root, "changeit", EXPORT, "--no_train")
     first = digests(full)
-    run(full, miniature_root, "changeit", "--no_train")
+    run(full, miniature_root, "changeit", EXPORT, "--no_train")
     assert digests(full) == first
     assert validate_folder(full) == []
 
 
 @pytest.mark.parametrize("flags, named", [
-    (("--seed=1",), "seed (0 there, 1 now)"),
-    (("--no_upstream_export",), "the upstream export"),
-    (("--no_train",), "train split holds examples of quickdraw"),
+    (("--seed=1", EXPORT), "seed (0 there, 1 now)"),
+    ((), "the upstream export (made there, not asked for now: add --upstream_export)"),
+    (("--no_train", EXPORT), "train split holds examples of quickdraw"),
 ])
 def test_an_unsound_update_is_refused_before_any_work(full, miniature_root, flags, named):
     before = digests(full)
@@ -113,14 +114,14 @@ def test_a_filter_that_differs_is_refused_before_any_work(full, miniature_root, 
                                   "correct": False}) + "\n")
     before = digests(full)
     with pytest.raises(SystemExit, match="filter mode \\('none' there, 'predictions' now\\)"):
-        run(full, miniature_root, "changeit", f"--predictions={predictions}")
+        run(full, miniature_root, "changeit", EXPORT, f"--predictions={predictions}")
     assert digests(full) == before
 
 
 def test_shards_without_a_build_report_are_refused(full, miniature_root):
     os.remove(os.path.join(full, "reports", "build.json"))
     with pytest.raises(SystemExit, match="ChangeIt.* no reports/build.json"):
-        run(full, miniature_root, "quickdraw")
+        run(full, miniature_root, "quickdraw", EXPORT)
 
 
 def test_a_kept_shard_that_changed_is_refused(full, miniature_root):
@@ -130,7 +131,7 @@ def test_a_kept_shard_that_changed_is_refused(full, miniature_root):
         handle.write(b"not the shard")
     with pytest.raises(SystemExit, match="ChangeIt/test-00000-of-00001.parquet, kept from its "
                                          "build, is missing or changed"):
-        run(full, miniature_root, "quickdraw")
+        run(full, miniature_root, "quickdraw", EXPORT)
 
 
 def test_a_folder_marked_failed_is_not_updated(full, miniature_root):
@@ -140,7 +141,7 @@ def test_a_folder_marked_failed_is_not_updated(full, miniature_root):
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(report, handle)
     with pytest.raises(SystemExit, match="holds a failed build; rebuild every scenario"):
-        run(full, miniature_root, "quickdraw")
+        run(full, miniature_root, "quickdraw", EXPORT)
 
 
 def test_a_build_killed_after_its_reports_is_not_updated(full, miniature_root):
@@ -153,7 +154,7 @@ def test_a_build_killed_after_its_reports_is_not_updated(full, miniature_root):
         json.dump(report, handle)
     with pytest.raises(SystemExit, match="holds a build that did not finish "
                                          r"\(status 'building'\); rebuild every scenario"):
-        run(full, miniature_root, "quickdraw")
+        run(full, miniature_root, "quickdraw", EXPORT)
 
 
 @pytest.mark.parametrize("report, file, named", [
@@ -171,7 +172,7 @@ def test_a_report_of_the_previous_build_that_cannot_be_read_refuses_the_update(
         handle.write(report)
     before = digests(full)
     with pytest.raises(SystemExit) as refused:
-        run(full, miniature_root, "quickdraw")
+        run(full, miniature_root, "quickdraw", EXPORT)
     message = str(refused.value)
     assert named in message and "\n" not in message and "another --output" in message, message
     assert digests(full) == before

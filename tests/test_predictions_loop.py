@@ -65,6 +65,29 @@ def test_the_documented_loop_filters_the_pool(loop):
     assert 0 < report["scenarios"]["quickdraw"]["kept"] < report["scenarios"]["quickdraw"]["samples"]
 
 
+def test_an_update_of_one_filtered_scenario_keeps_both_splits(loop, miniature_root, tmp_path):
+    """`--scenarios quickdraw --predictions P` into the filtered folder rebuilds QuickDraw's two
+    shard sets and keeps VSOD's: each split loads the rows it loaded before."""
+    import shutil
+
+    out, predictions, _ = loop
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+
+    def splits(folder):
+        return {(config, split): sorted(datasets.load_dataset(
+                    folder, name=config, split=split, cache_dir=str(tmp_path / "cache"))["key"])
+                for config in ("QuickDraw", "OcclusionDataSet-MM20")
+                for split in ("test", "unfiltered")}
+
+    before = splits(copy)
+    report = run(copy, miniature_root, "quickdraw", "--no_train", f"--predictions={predictions}")
+    assert splits(copy) == before and set(report["scenarios"]) == {"quickdraw", "vsod"}
+    from proactivebench_builder.pipeline.commands.validate import validate_folder
+
+    assert validate_folder(copy) == []
+
+
 def test_missing_predictions_are_named_before_any_work(loop, miniature_root, tmp_path):
     """A model played on the filtered test split misses the dropped samples: refused before any
     work, naming the scenario, the count, the model, example keys and the way to complete."""
@@ -123,8 +146,9 @@ def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniatu
     # the pool is written, nothing reached the test split
     import pyarrow.parquet as pq
 
-    assert pq.read_table(os.path.join(fresh, "unfiltered", "QuickDraw")).num_rows > 0
-    assert not os.path.exists(os.path.join(fresh, "QuickDraw"))  # an empty split has no shard
+    assert pq.read_table(os.path.join(fresh, "QuickDraw")).num_rows > 0
+    # an empty split has no shard: the pool is all filtered_out
+    assert all(n.startswith("filtered_out-") for n in os.listdir(os.path.join(fresh, "QuickDraw")))
     with pytest.raises(BuildFailed, match="samples lack predictions"):
         run(fresh + "2", miniature_root, SCENARIOS, "--no_train", f"--predictions={test_only}")
 

@@ -274,6 +274,25 @@ def test_upstream_archives_unzip_to_the_export(built, tmp_path):
     assert local_bytes(str(unpacked)) == local_bytes(os.path.join(built, "upstream"))
 
 
+def test_with_upstream_on_a_build_without_the_export_says_how_to_make_it(built, tmp_path,
+                                                                        capsys):
+    """A build writes the export only when asked: publishing it is refused in one line naming
+    the flag that makes it, before anything is written."""
+    import json
+
+    shutil.rmtree(os.path.join(built, "upstream"))
+    path = os.path.join(built, "reports", "build.json")
+    with open(path, encoding="utf-8") as handle:
+        report = json.load(handle)
+    report.update(upstream_export=False, upstream_files=[])
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+    assert main([built, "--to", str(tmp_path / "published"), "--with_upstream"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "--upstream_export" in err[0], err
+    assert not os.path.exists(tmp_path / "published")
+
+
 def test_archives_are_byte_identical_across_runs(built, tmp_path):
     first = publish.upstream_files(built, str(tmp_path / "s1"), "test", 10 ** 9)
     second = publish.upstream_files(built, str(tmp_path / "s2"), "test", 10 ** 9)

@@ -193,7 +193,7 @@ def test_build_report_accounts_for_every_sequence(built):
 def test_same_inputs_same_bytes(tmp_path, built, miniature_root):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, miniature_root, "rod")
+    run(again, miniature_root, "rod", "--upstream_export")
     assert shard_files(again) == shard_files(output, CONFIG)
 
 
@@ -339,10 +339,78 @@ def test_every_occluder_makes_valid_options():
 
 # ---- reading members from the archives ---------------------------------------------------------
 
+def candidates_of(scenario) -> list:
+    """The candidates of reading every unit, the fragments of a sequence merged as the build
+    merges them (pipeline.reading.merged_fragments), and the raw-item count."""
+    from proactivebench_builder.pipeline.reading import merged_fragments
+
+    values = [v for unit in scenario.list_units() for v in scenario.read_unit(unit)]
+    values += merged_fragments([v for v in values if v.kind == "fragment"])
+    raw_items = sum(v.n for v in values if v.kind == "count" and v.what == "raw_items")
+    return [v for v in values if v.kind == "candidate"], raw_items
+
+
+def test_each_archive_is_a_unit_of_its_own(source):
+    """Both workers read ROD: one unit per archive, whose sequences are fragments (an archive
+    may not hold all the photos of one), merged into one candidate per sequence."""
+    scenario = ROD(0, source)
+    assert scenario.list_units() == ["archive:rod_0.tar.gz", "archive:rod_1.tar.gz"]
+    first = list(scenario.read_unit("archive:rod_0.tar.gz"))
+    assert {v.kind for v in first} == {"fragment"}
+    candidates, raw_items = candidates_of(scenario)
+    assert sorted(c.key for c in candidates) == sorted(f"{CONFIG}/{s}" for s in SEQUENCES)
+    assert raw_items == len(SEQUENCES)
+
+
+def test_a_sequence_split_across_archives_is_one_sample(tmp_path, source):
+    """The photos of a sequence stored in two archives make one sample, as one pass through
+    both finds them; a photo stored in both is a duplicate frame, as within one archive."""
+    root = tmp_path / "src"
+    copy = root / MANIFEST["source_subdir"]
+    shutil.copytree(source, copy)
+    photos = {i: _jpeg(index=i) for i in range(14)}
+    laptop = [(f"natural_redbl_greenr-laptop-s{i}.jpg", photos[i]) for i in range(14)]
+    spatula = [(f"natural_redbl_greenr-spatula-s{i}.jpg", photos[i]) for i in range(14)]
+    (copy / "rod_2.tar.gz").write_bytes(tar_gz(laptop[:6] + spatula[:8]))
+    (copy / "rod_3.tar.gz").write_bytes(tar_gz(laptop[6:] + spatula[7:]))
+    scenario = ROD(0, str(copy))
+    candidates, raw_items = candidates_of(scenario)
+    by_key = {c.key: c for c in candidates}
+    assert raw_items == len(SEQUENCES) + 2
+    laptop_row = scenario.build_sample(f"{CONFIG}/natural_redbl_greenr-laptop",
+                                       by_key[f"{CONFIG}/natural_redbl_greenr-laptop"].item)
+    assert [scenario.load_frame(ref) for ref in laptop_row["frame_refs"]] == list(photos.values())
+    with pytest.raises(BadItem, match="duplicate frame: s7 stored 2 times") as raised:
+        scenario.build_sample(f"{CONFIG}/natural_redbl_greenr-spatula",
+                              by_key[f"{CONFIG}/natural_redbl_greenr-spatula"].item)
+    assert raised.value.path == "rod_3.tar.gz:natural_redbl_greenr-spatula-s7.jpg"
+
+
+def test_the_extracted_folder_is_read_in_lanes_of_whole_sequences(tmp_path, source):
+    root = tmp_path / "src"
+    copy = root / MANIFEST["source_subdir"]
+    shutil.copytree(source, copy)
+    for name in sorted(os.listdir(copy)):
+        if name.endswith(".tar.gz"):
+            with tarfile.open(copy / name) as tar:
+                tar.extractall(copy / "extracted", filter="data")
+            os.remove(copy / name)
+    (copy / "extracted" / "notes.txt").write_bytes(b"not a photo")
+    scenario = ROD(0, str(copy))
+    units = scenario.list_units()
+    assert len(units) > 1 and all(u.startswith("folder:") for u in units)
+    values = [v for unit in units for v in scenario.read_unit(unit)]
+    assert {v.kind for v in values} == {"candidate", "count"}  # lanes hold whole sequences
+    assert sorted(v.key for v in values if v.kind == "candidate") == sorted(
+        f"{CONFIG}/{s}" for s in SEQUENCES)
+    assert sum(v.n for v in values if v.kind == "count" and v.what == "raw_items") == \
+        len(SEQUENCES) + 1
+
+
 def test_members_read_in_any_order(source):
     scenario = ROD(0, source)
     raw = members(source)
-    candidates = [v for v in scenario.read_unit("archives") if v.kind == "candidate"]
+    candidates, _ = candidates_of(scenario)
     rows = [scenario.build_sample(c.key, c.item) for c in candidates]
     refs = [(ref, path) for row in rows
             for ref, path in zip(row["frame_refs"], row["source"]["files"])]

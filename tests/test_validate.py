@@ -27,11 +27,11 @@ def broken(built_miniature, tmp_path) -> str:
     return copy
 
 
-def first_shard(root: str, config: str, split: str = "unfiltered") -> str:
-    folder = os.path.join(root, config) if split == "test" else os.path.join(root, split, config)
-    shards = sorted(glob.glob(os.path.join(folder, "*.parquet")))
+def first_shard(root: str, config: str, shard_set: str = "test") -> str:
+    """The first shard of one of a config's sets (the pool's `test` or `filtered_out` rows)."""
+    shards = sorted(glob.glob(os.path.join(root, config, f"{shard_set}-*.parquet")))
     if not shards:
-        pytest.skip(f"no {split} shard for {config} in this build")
+        pytest.skip(f"no {shard_set} shard for {config} in this build")
     return shards[0]
 
 
@@ -42,8 +42,8 @@ def rewrite(path: str, change, schema: pa.Schema | None = None) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema or arrow_schema()), path)
 
 
-def problems_after(root: str, config: str, change, split: str = "unfiltered") -> list[str]:
-    rewrite(first_shard(root, config, split), change)
+def problems_after(root: str, config: str, change, shard_set: str = "test") -> list[str]:
+    rewrite(first_shard(root, config, shard_set), change)
     return validate_folder(root)
 
 
@@ -135,11 +135,14 @@ def test_duplicate_key_is_reported(broken):
     assert_reported(problems_after(broken, "QuickDraw", change), "appears twice", "key ")
 
 
-def test_test_row_with_another_id_is_reported(broken):
-    def change(rows):
-        rows[0]["id"] = 10 ** 6
-    assert_reported(problems_after(broken, "QuickDraw", change, split="test"),
-                    "the pool's row has id")
+def test_a_row_in_both_sets_of_the_pool_is_reported(broken):
+    """The `test` and `filtered_out` sets are disjoint parts of one pool: a kept row written
+    among the rows left out too is a key (and an id) twice in the pool."""
+    config = "OcclusionDataSet-MM20"  # its weak occlusions are left out of the test split
+    kept = pq.read_table(first_shard(broken, config)).to_pylist()[0]
+    assert_reported(problems_after(broken, config, lambda rows: rows.append(kept),
+                                   shard_set="filtered_out"),
+                    "appears twice in the OcclusionDataSet-MM20 pool", "key ")
 
 
 def test_changed_column_type_is_reported(broken):
@@ -206,7 +209,7 @@ def test_unaccounted_train_scenario_is_reported(broken):
 
 def test_report_row_count_mismatch_is_reported(broken):
     rewrite(first_shard(broken, "QuickDraw"), lambda rows: rows.pop())
-    assert_reported(validate_folder(broken), "unfiltered rows reported")
+    assert_reported(validate_folder(broken), "test rows reported")
 
 
 def test_card_without_a_config_folder_is_reported(broken):

@@ -43,7 +43,7 @@ def built(built_miniature) -> tuple[str, dict]:
 @pytest.fixture(scope="module")
 def rows(built) -> dict[str, dict]:
     output, _ = built
-    table = pq.read_table(os.path.join(output, "unfiltered", CONFIG))  # the whole pool
+    table = pq.read_table(os.path.join(output, CONFIG))  # the whole pool
     return {r["key"]: r for r in table.to_pylist()}
 
 
@@ -179,7 +179,7 @@ def test_build_report_accounts_for_every_label_row(built):
 def test_same_inputs_same_bytes(tmp_path, built, miniature_root):
     output, _ = built
     again = str(tmp_path / "again")
-    run(again, miniature_root, "vsod")
+    run(again, miniature_root, "vsod", "--upstream_export")
     assert shard_files(again) == shard_files(output, CONFIG)
 
 
@@ -276,7 +276,7 @@ def test_the_build_goes_on_and_accounts(broken):
     assert r["raw_items"] == r["samples"] + r["dead_letters"] + sum(r["excluded"].values())
     assert r["accounted"] is True
     keys = {row["key"] for row in
-            pq.read_table(os.path.join(output, "unfiltered", CONFIG)).to_pylist()}
+            pq.read_table(os.path.join(output, CONFIG)).to_pylist()}
     assert f"{CONFIG}/seg_0001/speaker" in keys and len(keys) == 4
 
 

@@ -243,6 +243,19 @@ class Scenario:
     def candidate(self, key: str, item: dict) -> dict:
         return results.Candidate(self.name, key, item)
 
+    def fragment(self, key: str, item: dict):
+        """A part of the raw item `key` found in this unit; the parts of a key found in all
+        units are merged by `merge_fragments` before the sample is built, and counted there
+        as one raw item (so a unit does not count it)."""
+        return results.Fragment(self.name, key, item)
+
+    @classmethod
+    def merge_fragments(cls, items: list[dict]) -> dict:
+        """The candidate item of a raw item read in fragments (`fragment`), from the items of
+        its fragments, which arrive in any order. Only a scenario that yields fragments
+        implements it."""
+        raise NotImplementedError(f"{cls.name} yields fragments but does not merge them")
+
     def dead_letter(self, path: str, reason: str) -> dict:
         return results.DeadLetter(self.name, self.relative(path), reason)
 

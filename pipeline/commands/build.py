@@ -28,7 +28,7 @@ from proactivebench_builder.core.errors import (
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
-from proactivebench_builder.pipeline import beam_compat, failures, progress
+from proactivebench_builder.pipeline import beam_compat, failures, progress, row_store
 from proactivebench_builder.pipeline.allocator import return_freed_buffers
 from proactivebench_builder.pipeline.build import BuildBenchmark
 from proactivebench_builder.pipeline.commands.beam_flags import (
@@ -119,6 +119,13 @@ def build_in_folder(options, opts, argv: list[str], config: BuildConfig) -> dict
     if local:
         direct = options.view_as(DirectOptions)
         runner += f" ({direct.direct_num_workers} workers, {direct.direct_running_mode})"
+        if direct.direct_running_mode == "multi_processing" and \
+                config.output.startswith("memory://"):
+            # the workers hand each other rows through the output folder (the row store)
+            raise OutputError(f"{config.output}: a memory:// folder is private to each "
+                              "process, and this build's worker processes share their rows "
+                              "through the output folder: give an --output every worker "
+                              "reaches, or --direct_running_mode=in_memory")
     show_progress = local and progress.enabled(opts.progress, sys.stderr)
     if local:
         quiet_worker_logs(options, argv, show_progress)
@@ -142,6 +149,13 @@ def build_in_folder(options, opts, argv: list[str], config: BuildConfig) -> dict
                         raise
                     LOG.warning("could not record the failure in %s (%s): its build.json "
                                 "still says building", output, fileio.store_error_text(mark_err))
+                try:
+                    row_store.remove_store(output)  # what the workers left there
+                except Exception as remove_err:  # noqa: BLE001 - as above
+                    if not fileio.is_store_error(remove_err):
+                        raise
+                    LOG.warning("could not remove the row store's files from %s (%s)", output,
+                                fileio.store_error_text(remove_err))
                 raise
             report.update(buildfolder.mark_finished(output, None))
     except OSError as err:

@@ -356,7 +356,7 @@ def build_config(opts: BuildOptions, argv: list[str]) -> BuildConfig:
         seed=opts.seed, output=absolute(opts.output), scenarios=tuple(sorted(scenarios)),
         sources=sources, config_to_scenario=config_to_scenario, selection=selection,
         train_sources=train_sources, overrides=overrides,
-        export_upstream=not opts.no_upstream_export, stamp=stamp,
+        export_upstream=opts.upstream_export, stamp=stamp,
         stand_ins=found_stand_ins if imported else stand_ins(
             scenarios, sources, overrides, opts.seed, verified=opts.verify_sources,
             filtered=selection.mode != NO_FILTER),

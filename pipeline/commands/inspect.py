@@ -41,7 +41,8 @@ from proactivebench_builder.core import buildfolder, fileio, phases, vocabulary
 from proactivebench_builder.core.buildfolder import shard_folders
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, int_at_least, positive_int)
-from proactivebench_builder.core.layout import PLOTS_DIR, TEST, UNFILTERED, split_folder
+from proactivebench_builder.core.layout import (
+    PLOTS_DIR, TEST, UNFILTERED, shard_folder, split_sets)
 from proactivebench_builder.core.records import METADATA_COLUMNS
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import plots
@@ -76,14 +77,16 @@ PLOT_NAMES = ("samples_per_scenario.png", "frames_per_sample.png", "dead_letters
 def split_of(folders: dict, config: str, split: str) -> str | None:
     """The requested split, or the pool when the config has no rows in it."""
     for candidate in (split, UNFILTERED):
-        if (candidate, config) in folders:
+        if any((shard_set, config) in folders for shard_set in split_sets(candidate)):
             return candidate
     return None
 
 
-def shard_urls(root: str, split: str, config: str, names: list[str]) -> list[str]:
-    base = split_folder(root, split, config)
-    return [fileio.join(base, n) for n in names]
+def shard_urls(root: str, folders: dict, split: str, config: str) -> list[str]:
+    """The shards of a split of `config` (`folders`: buildfolder.shard_folders), in the order
+    its rows come."""
+    return [fileio.join(shard_folder(root, shard_set, config), name)
+            for shard_set in split_sets(split) for name in folders.get((shard_set, config), [])]
 
 
 def sample_keys(urls: list[str], config: str, seed: int, n: int) -> tuple[set[str], int]:
@@ -417,7 +420,7 @@ def config_section(root: str, out: str, folders: dict, config: str, per_scenario
     if unknown:  # its scenario's own views cannot be drawn
         print(f"inspect: {unknown}", file=sys.stderr)
     chosen_split = split_of(folders, config, split)
-    urls = shard_urls(root, chosen_split, config, folders[(chosen_split, config)])
+    urls = shard_urls(root, folders, chosen_split, config)
     try:
         keys, total = sample_keys(urls, config, seed, per_scenario)
         sampled = read_sampled_rows(urls, keys, config)

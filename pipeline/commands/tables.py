@@ -9,8 +9,7 @@ def summary_table(scenarios: dict) -> str:
     rows = [header]
     for name, r in sorted(scenarios.items()):
         rows.append((name, r["raw_items"], sum(r["excluded"].values()), r["samples"], r["kept"],
-                     r["dead_letters"], r["shards"]["test"] + r["shards"]["unfiltered"],
-                     r["bytes"]["test"] + r["bytes"]["unfiltered"]))
+                     r["dead_letters"], sum(r["shards"].values()), sum(r["bytes"].values())))
     return format_table(rows)
 
 

@@ -3,10 +3,11 @@
 What is checked (each check names the file and the row's key in its message):
 
 - the folder: `reports/build.json` is present and says every scenario is accounted for
-  (raw items = samples + dead letters + exclusions); its per-split row and shard counts match the
+  (raw items = samples + dead letters + exclusions); its per-set row and shard counts match the
   shards on disk; the dataset card's `configs:` block names exactly the config folders, and each
-  of its `data_files` globs matches at least one shard; shard files in a folder are exactly
-  `test-00000-of-0000N` .. `test-0000(N-1)-of-0000N`;
+  of its `data_files` globs matches at least one shard; the shard files of each set of a config
+  folder (the pool's `test` and `filtered_out` rows) are exactly `<set>-00000-of-0000N` ..
+  `<set>-0000(N-1)-of-0000N`;
 - each shard: columns, order and types equal `core.records.arrow_schema()` (its variant with
   fractional pixel counts where the shard holds them), with the
   `datasets` feature metadata that makes `load_dataset` decode frames as images;
@@ -15,8 +16,8 @@ What is checked (each check names the file and the row's key in its message):
   `first_image`/`reference_image` in `frame_ids`, one decodable frame per frame id (decoded the
   way the build validates sources: fully, JPEG at 1/8 scale), and the step cap consistent with
   the frames, by the scenario's declared environment behaviour (see `step_rule`);
-- across rows: `id` and `key` unique per config and split, and every test row is the unfiltered
-  row of the same key with the same id.
+- across rows: `id` and `key` unique per config across its whole pool (both sets: a row is in
+  one of them only), and per config in the train split.
 
 Choices: the step-cap rules check that every frame the environment can reach within its step
 cap is present, by the behaviour the config's scenario declares (`Behaviour.record_problems`
@@ -43,7 +44,7 @@ from proactivebench_builder.core import buildfolder, contract, fileio, phases
 from proactivebench_builder.core.cli import DEBUG_HELP, CommandParser
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.layout import (
-    BUILD_REPORT, TEST, TRAIN, TRAIN_CONFIG, TRAIN_DIR, UNFILTERED, folder_label)
+    BUILD_REPORT, POOL_SETS, TRAIN, TRAIN_CONFIG, TRAIN_DIR, folder_label)
 from proactivebench_builder.core.play import Behaviour, Play
 from proactivebench_builder.core.records import arrow_schema, schema_of, train_arrow_schema
 from proactivebench_builder.pipeline.commands import subcommand
@@ -53,6 +54,7 @@ from proactivebench_builder.transforms import (
 HELP = "check a built folder against the record contract (exit 1 listing every problem)"
 
 BATCH_ROWS = 16  # rows decoded at a time: memory holds one small batch of frames
+POOL = "pool"    # FolderValidator.ids_by_key: a config's pool, both of its shard sets
 MAX_PRINTED = 200
 
 
@@ -170,7 +172,9 @@ def row_problems(row: dict, config: str, decode_frames: bool = True) -> list[str
 # ---- the whole folder -----------------------------------------------------------------------
 
 class FolderValidator:
-    """Walks a built folder once; `problems` lists everything found, `rows` counts rows read."""
+    """Walks a built folder once; `problems` lists everything found, `rows` counts rows read per
+    (shard set, config); `ids_by_key` holds key -> id per config's pool (POOL, config) and for
+    the train split (TRAIN, TRAIN_CONFIG)."""
 
     def __init__(self, root: str, decode_frames: bool = True, check_status: bool = True):
         self.root = root.rstrip("/")
@@ -209,11 +213,10 @@ class FolderValidator:
             self.problems += [p for p in [unregistered_problem(config)] if p]
         with phases.phase(self.rows_phase(), total=reported_rows(report),
                           unit="rows") as self.step:
-            for (split, config), names in sorted(folders.items()):
-                self.problems += buildfolder.check_shard_names(split, config, names)
+            for (shard_set, config), names in sorted(folders.items()):
+                self.problems += buildfolder.check_shard_names(shard_set, config, names)
                 for name in names:
-                    self.check_shard(split, config, name)
-            self.check_test_within_pool(folders)
+                    self.check_shard(shard_set, config, name)
             if train:
                 self.problems += buildfolder.check_shard_names(TRAIN, TRAIN_CONFIG, train)
                 for name in train:
@@ -264,7 +267,7 @@ class FolderValidator:
             if (row.get("config"), key) in seen:
                 self.problems.append(f"{where}: key {key!r} appears twice in the train split")
             seen[(row.get("config"), key)] = row.get("frame_id")
-            if key in self.ids_by_key.get((UNFILTERED, row.get("config")), {}):
+            if key in self.ids_by_key.get((POOL, row.get("config")), {}):
                 self.problems.append(f"{where}: key {key!r} is also in the {row.get('config')} "
                                      "test pool (train and test must be disjoint)")
 
@@ -280,8 +283,8 @@ class FolderValidator:
                             f"reported, {len(train)} on disk")
         return problems
 
-    def check_shard(self, split: str, config: str, name: str) -> None:
-        where = f"{folder_label(split, config)}/{name}"
+    def check_shard(self, shard_set: str, config: str, name: str) -> None:
+        where = f"{folder_label(shard_set, config)}/{name}"
         url = fileio.join(self.root, *where.split("/"))
         if not self.confined(where):
             return
@@ -294,54 +297,40 @@ class FolderValidator:
         if not has_columns(schema, schema_of(schema)):
             return  # rows cannot be checked without every column, of its type
         columns = [c for c in arrow_schema().names if self.decode_frames or c != "frames"]
-        before = self.rows[(split, config)]
+        before = self.rows[(shard_set, config)]
         for row in iter_rows(url, columns):
-            self.rows[(split, config)] += 1
+            self.rows[(shard_set, config)] += 1
             self.step.update()
             key = row.get("key")
             for problem in row_problems(row, config):
                 self.problems.append(f"{where}: key {key!r}: {problem}")
-            self.check_unique(split, config, where, row)
-        if self.rows[(split, config)] == before:
+            self.check_unique(config, where, row)
+        if self.rows[(shard_set, config)] == before:
             self.problems.append(f"{where}: 0 rows (datasets.load_dataset cannot read a 0-row "
-                                 "shard: an empty split has no shard)")
+                                 "shard: an empty set has no shard)")
 
-    def check_unique(self, split: str, config: str, where: str, row: dict) -> None:
-        seen, ids = self.ids_by_key[(split, config)], self.ids[(split, config)]
+    def check_unique(self, config: str, where: str, row: dict) -> None:
+        """A key and an id appear once in a config's pool, whichever of its sets holds them
+        (the `test` and `filtered_out` sets are disjoint parts of one pool)."""
+        seen, ids = self.ids_by_key[(POOL, config)], self.ids[(POOL, config)]
         key, row_id = row.get("key"), row.get("id")
         if key in seen:
-            self.problems.append(f"{where}: key {key!r} appears twice in {split} {config}")
+            self.problems.append(f"{where}: key {key!r} appears twice in the {config} pool")
         elif row_id in ids:
-            self.problems.append(f"{where}: id {row_id} appears twice in {split} {config} "
+            self.problems.append(f"{where}: id {row_id} appears twice in the {config} pool "
                                  f"(key {key!r})")
         seen[key] = row_id
         ids.add(row_id)
 
-    def check_test_within_pool(self, folders: dict) -> None:
-        """The test split is a filtered pool: same keys, same ids (ids come before filtering)."""
-        for (split, config) in sorted(folders):
-            if split != TEST:
-                continue
-            pool = self.ids_by_key.get((UNFILTERED, config))
-            if pool is None:
-                self.problems.append(f"{config}: test split without an unfiltered pool")
-                continue
-            for key, row_id in sorted(self.ids_by_key[(TEST, config)].items(),
-                                      key=lambda kv: str(kv[0])):
-                if key not in pool:
-                    self.problems.append(f"{config}: test key {key!r} is not in the pool")
-                elif pool[key] != row_id:
-                    self.problems.append(f"{config}: test key {key!r} has id {row_id}, the "
-                                         f"pool's row has id {pool[key]}")
-
 
 def reported_rows(report: dict | None) -> int | None:
-    """The rows build.json says the shards hold (test, pool and train), None without a report
-    of the shape a build writes."""
+    """The rows build.json says the shards hold (the pool's sets and train), None without a
+    report of the shape a build writes."""
     if not isinstance(report, dict):
         return None
     rows = sum(count for entry in report.get("scenarios", {}).values()
-               for split, count in (entry.get("rows") or {}).items() if split in (TEST, UNFILTERED))
+               for shard_set, count in (entry.get("rows") or {}).items()
+               if shard_set in POOL_SETS)
     return rows + (report.get("train") or {}).get("rows", 0)
 
 
@@ -417,7 +406,7 @@ def validate_command(args: argparse.Namespace) -> int:
             problems = load_problems(args.dir.rstrip("/"))
     rows = sum(validator.rows.values())
     if not problems:
-        print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} config splits match the "
+        print(f"OK: {args.dir}: {rows} rows in {len(validator.rows)} shard sets match the "
               "record contract")
         if isinstance(validator.report, dict) and buildfolder.export_left_out(args.dir,
                                                                               validator.report):

@@ -226,13 +226,13 @@ def value_for(kind: pa.DataType):
 
 @pytest.fixture(scope="module")
 def first_rows(built_miniature) -> dict[str, dict]:
-    """The first unfiltered row of every config of the miniature build (frames included)."""
+    """The first row of the pool of every config of the miniature build (frames included)."""
+    from proactivebench_builder.core.buildfolder import shard_folders
+
     rows = {}
-    unfiltered = os.path.join(built_miniature, "unfiltered")
-    for config in sorted(os.listdir(unfiltered)):
-        shard = sorted(os.listdir(os.path.join(unfiltered, config)))[0]
-        rows[config] = pq.read_table(os.path.join(unfiltered, config, shard)).slice(0, 1) \
-            .to_pylist()[0]
+    for (_, config), names in sorted(shard_folders(built_miniature).items()):
+        rows.setdefault(config, pq.read_table(os.path.join(built_miniature, config, names[0]))
+                        .slice(0, 1).to_pylist()[0])
     return rows
 
 

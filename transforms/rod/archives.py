@@ -125,14 +125,19 @@ def _pax_records(buf: bytes, where: int) -> list[tuple[bytes, bytes]]:
 
 def members(raw):
     """(tar, member) for each member of the archive read from the binary stream `raw`
-    (compressed or not: `decompressed`; forward only), with bounds tarfile lacks: a read
-    decompresses only what it returns (tarfile's own streams decompress 10 KiB of input whole:
-    bzip2 makes 100 bytes 64 MiB), extended headers as
+    (compressed or not: `decompressed`; forward only): `members_of` its uncompressed stream."""
+    yield from members_of(decompressed(raw))
+
+
+def members_of(stream):
+    """(tar, member) for each member of the uncompressed tar `stream` (forward only), with
+    bounds tarfile lacks: a read decompresses only what it returns (tarfile's own streams
+    decompress 10 KiB of input whole: bzip2 makes 100 bytes 64 MiB), extended headers as
     `BoundedTarInfo` says; a member's data skipped a block at a time and only as far as the
     stream goes (an archive that ends inside a member is cut short: tarfile.ReadError); and
     no list of every member kept (tarfile keeps one, which grows with the archive).
     The caller may read the current member's data (`tar.extractfile`) before the next."""
-    with tarfile.open(fileobj=decompressed(raw), mode="r|", tarinfo=BoundedTarInfo) as tar:
+    with tarfile.open(fileobj=stream, mode="r|", tarinfo=BoundedTarInfo) as tar:
         member = tar.next()
         while member is not None:
             tar.members.clear()
@@ -148,11 +153,35 @@ def _skip_to_next_header(tar) -> None:
             raise tarfile.ReadError(f"the archive ends at byte {stream.tell():,}, inside a member "
                                     f"whose header declared data up to byte {tar.offset:,}")
 
-_READERS: dict[tuple[str, str], object] = {}
+_READERS: dict[tuple[str, str, int], object] = {}
 
-_SPANS: dict[tuple[str, str], tuple[int, bytes]] = {}
+_SPANS: dict[tuple[str, str, int], tuple[int, bytes]] = {}
 
-_LOCK = threading.Lock()
+# (url, version) -> the access points of a gzip archive found by any reader of this process:
+# the reading stage's pass through an archive leaves them for the shard writer's seeks
+_POINTS: dict[tuple[str, str], list] = {}
+
+_LOCK = threading.RLock()  # (a reader is made under it, and asks for its shared points)
+
+
+def shared_points(url: str, version: str) -> list:
+    with _LOCK:
+        return _POINTS.setdefault((url, version), [])
+
+
+@contextlib.contextmanager
+def walked(url: str, version: str):
+    """The uncompressed stream of the archive at `url`, from its start, for one pass through
+    it: a gzip archive through a `GzipAccess` adding its access points to those of this
+    process (`shared_points`), others as `decompressed` reads them."""
+    raw = fileio.open_source(url)
+    try:
+        magic = raw.read(6)
+        raw.seek(0)
+        yield (GzipAccess(raw, shared_points(url, version)) if magic.startswith(b"\x1f\x8b")
+               else decompressed(raw))
+    finally:
+        raw.close()
 
 def archive_version(fs, path: str) -> str:
     """What identifies one version of an archive (size plus mtime / generation / etag), so the
@@ -185,14 +214,16 @@ def open_archive(url: str):
     return decompressed(fileio.open_source(url))
 
 
-def open_archive_at_any_offset(url: str):
-    """Like `open_archive`, for reads at any offset: a gzip archive gets a `GzipAccess`, whose
-    backward seeks restart from the nearest access point; bzip2 and xz get `decompressed`'s
-    readers (a backward seek restarts from the start of the archive)."""
+def open_archive_at_any_offset(url: str, version: str = ""):
+    """Like `open_archive`, for reads at any offset: a gzip archive gets a `GzipAccess` sharing
+    the access points this process knows of it (`shared_points`), whose seeks restart from the
+    nearest one; bzip2 and xz get `decompressed`'s readers (a backward seek restarts from the
+    start of the archive)."""
     raw = fileio.open_source(url)
     magic = raw.read(6)
     raw.seek(0)
-    return GzipAccess(raw) if magic.startswith(b"\x1f\x8b") else decompressed(raw)
+    return (GzipAccess(raw, shared_points(url, version)) if magic.startswith(b"\x1f\x8b")
+            else decompressed(raw))
 
 
 def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes:
@@ -205,7 +236,7 @@ def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes
     with _LOCK:
         reader = _READERS.get(slot)
         if reader is None:
-            reader = open_archive_at_any_offset(url)
+            reader = open_archive_at_any_offset(url, version)
             _READERS[slot] = reader
     reader.seek(start)
     data = reader.read(length)
@@ -215,10 +246,10 @@ def read_tar_span(url: str, start: int, length: int, version: str = "") -> bytes
 
 
 ACCESS_POINT_EVERY = 16 << 20  # uncompressed bytes between two access points of a gzip reader
-# compressed bytes fed to the decompressor at a time: deflate expands at most ~1032x, so one feed
-# adds at most ~17 MB to the buffer whatever the archive holds (a bomb is bounded as in
-# `decompressed`'s readers)
-_GZIP_CHUNK = 1 << 14
+_GZIP_CHUNK = 1 << 14  # compressed bytes read at a time
+# uncompressed bytes one feed adds to the buffer at most, whatever the archive holds (deflate
+# expands ~1032x: a bomb is bounded as in `decompressed`'s readers)
+_GZIP_OUT = 1 << 20
 
 
 class GzipAccess:
@@ -231,10 +262,14 @@ class GzipAccess:
     from the start per shard. Concatenated gzip members and zero padding after the last one are
     read as `gzip` reads them; a truncated stream raises EOFError, a corrupt one zlib.error."""
 
-    def __init__(self, raw):
+    def __init__(self, raw, points: list | None = None):
         self._raw = raw
-        # (uncompressed offset, compressed offset, decompressor copy, member started)
-        self._points = [(0, 0, None, False)]
+        # (uncompressed offset, compressed offset, decompressor copy, member started); a list
+        # shared by every reader of the same archive in this process (`shared_points`): each
+        # reader has its own position, and any of them extends the points as it goes further
+        self._points = [] if points is None else points
+        if not self._points:
+            self._points.append((0, 0, None, False))
         self._restart(self._points[0])
 
     def _restart(self, point) -> None:
@@ -242,38 +277,53 @@ class GzipAccess:
         self._raw.seek(comp)
         self._d = decompressor.copy() if decompressor is not None else _new_gzip_member()
         self._started = started
-        self._comp = comp
+        self._comp = comp            # compressed bytes read from the archive
+        self._input = b""            # of which the decompressor has not consumed these
         self._pos = out              # uncompressed offset of self._buf[0]
         self._buf = bytearray()
         self._eof = False
 
     def _feed(self) -> bool:
-        """Decompress one more chunk into the buffer; False at the end of the stream."""
-        if self._eof:
-            return False
-        chunk = self._raw.read(_GZIP_CHUNK)
-        if not chunk:
+        """Decompress up to _GZIP_OUT more bytes into the buffer; False at the end of the
+        stream."""
+        while not self._eof:
+            if self._d.eof:  # the previous member is complete: padding, or another member
+                self._input = self._input.lstrip(b"\x00")
+                if self._input:
+                    self._d, self._started = _new_gzip_member(), False
+            if not self._input:
+                self._input = self._raw.read(_GZIP_CHUNK)
+                self._comp += len(self._input)
+                if not self._input:
+                    self._end_of_input()
+                    continue
+                if self._d.eof:
+                    continue  # padding, or the next member's header
+            data = self._d.decompress(self._input, _GZIP_OUT)
+            self._started = True
+            self._input = self._d.unused_data if self._d.eof else self._d.unconsumed_tail
+            if data:
+                self._buf += data
+                self._mark()
+                return True
+        return False
+
+    def _end_of_input(self) -> None:
+        """The archive has no more bytes: what the decompressor still holds, then the end."""
+        if not self._d.eof:
+            self._buf += self._d.flush()
             if self._started and not self._d.eof:
                 raise EOFError("compressed file ended before the end-of-stream marker was "
                                "reached")
-            self._eof = True
-            return False
-        self._comp += len(chunk)
-        data = chunk
-        while data:
-            if self._d.eof:  # the previous member is complete: padding, or another member
-                data = data.lstrip(b"\x00")
-                if not data:
-                    break
-                self._d, self._started = _new_gzip_member(), False
-            self._buf += self._d.decompress(data)
-            self._started = True
-            data = self._d.unused_data if self._d.eof else b""
+        self._eof = True
+
+    def _mark(self) -> None:
         end = self._pos + len(self._buf)
         if end - self._points[-1][0] >= ACCESS_POINT_EVERY:
-            # the state after exactly self._comp compressed bytes, all of its output returned
-            self._points.append((end, self._comp, self._d.copy(), self._started))
-        return True
+            # the decompressor's state once it has consumed all but self._input of what was
+            # read and returned everything up to `end`
+            self._points.append((end, self._comp - len(self._input), self._d.copy(),
+                                 self._started))
 
     def seek(self, offset: int) -> int:
         best = max((p for p in self._points if p[0] <= offset), key=lambda p: p[0])
@@ -290,7 +340,12 @@ class GzipAccess:
         self._pos += cut
         return self._pos
 
-    def read(self, size: int) -> bytes:
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            raise ValueError("GzipAccess reads a bounded size at a time")
         while len(self._buf) < size and self._feed():
             pass
         data = bytes(self._buf[:size])

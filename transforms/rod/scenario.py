@@ -8,18 +8,23 @@ import json
 import posixpath
 import re
 import tarfile
+import zlib
 
 from proactivebench_builder.transforms.api import (BadImage, BadItem, DeadLetter, Scenario,
                                                    SourceError, check_image, fileio,
-                                                   format_category, template_literal)
+                                                   format_category, stable_hash,
+                                                   template_literal)
 from proactivebench_builder.transforms.rod import miniature
 from proactivebench_builder.transforms.rod.archives import (
-    ArchiveRefused, archive_version, members, read_member)
+    ArchiveRefused, archive_version, members_of, read_member, walked)
 from proactivebench_builder.transforms.rod.play import MOVE_LEFT, MOVE_RIGHT, PLAY
 
 DATASET_FOLDER = "Realistic-Occlusion-Dataset"
 
 ROD_VALIDATION_THREADS = 2  # decoding releases the interpreter lock: photos checked in parallel
+# Units of raw reading: one per archive, or one per lane of the extracted folder's sequences
+ARCHIVE_UNIT, FOLDER_UNIT = "archive:", "folder:"
+FOLDER_LANES = 8
 ROD_IN_FLIGHT = 6           # members read ahead of the one yielded next (~3 MB each at 3024 px)
 
 
@@ -150,13 +155,18 @@ class ROD(Scenario):
         return None
 
     def list_units(self) -> list[str]:
+        """One unit per archive (`archive:<name>`: one pass through it, a sequence's photos
+        found there make a fragment of it), or, from the extracted folder, one per lane of
+        sequences (`folder:<lane>`: a sequence's files all lie in one lane), so both workers
+        read ROD."""
         self.check_class_names()
         if self.extracted_folder():
-            return ["folder"]
-        if not self.archives():
+            return [f"{FOLDER_UNIT}{lane}" for lane in range(FOLDER_LANES)]
+        archives = self.archives()
+        if not archives:
             raise SourceError(f"rod: no {self.params.get('archive_pattern')} archives and no "
                               f"extracted folder under {self.root}")
-        return ["archives"]
+        return [ARCHIVE_UNIT + posixpath.basename(url) for url in archives]
 
     def check_class_names(self) -> None:
         """`dataset_info.json` (when present) must name the manifest's 16 classes in order."""
@@ -179,11 +189,18 @@ class ROD(Scenario):
     # ---- reading ----------------------------------------------------------------------------
 
     def read_unit(self, unit: str):
+        """The unit's members as raw items: a sequence as a fragment (from an archive, which
+        may not hold all of its photos) or a candidate (a lane of the extracted folder, which
+        holds all of them); a member that is no photo or whose name does not parse as a raw
+        item of its own; a link or an archive cut short as a dead letter."""
         sequences: dict[str, dict] = {}
-        if unit == "folder":
-            entries = self._folder_entries(self.extracted_folder())
+        if unit.startswith(FOLDER_UNIT):
+            entries = self._folder_entries(self.extracted_folder(),
+                                           int(unit[len(FOLDER_UNIT):]))
         else:
-            entries = self._archive_entries()
+            name = unit[len(ARCHIVE_UNIT):]
+            order = [posixpath.basename(url) for url in self.archives()]
+            entries = self._archive_entries(self.path(name), order.index(name))
         for entry in entries:
             if isinstance(entry, DeadLetter):  # an archive cut short
                 yield self.count("raw_items")
@@ -191,13 +208,30 @@ class ROD(Scenario):
                 continue
             yield from self._admit(entry, sequences)
         for key in sorted(sequences):
-            yield self.count("raw_items")
-            yield self.candidate(key, sequences[key])
+            if unit.startswith(FOLDER_UNIT):
+                yield self.count("raw_items")
+                yield self.candidate(key, sequences[key])
+            else:
+                yield self.fragment(key, sequences[key])
+
+    @classmethod
+    def merge_fragments(cls, items: list[dict]) -> dict:
+        """A sequence from the parts its archives hold, in the archives' name order (the order
+        one pass through all of them meets its photos): a photo stored in two archives is then
+        a duplicate frame, as in one archive."""
+        items = sorted(items, key=lambda item: item["archive_order"])
+        merged = {k: v for k, v in items[0].items() if k not in ("frames", "archive_order")}
+        merged["frames"] = {}
+        for item in items:
+            for index, copies in item["frames"].items():
+                merged["frames"].setdefault(index, []).extend(copies)
+        return merged
 
     def _admit(self, entry: dict, sequences: dict):
         """File one member under its sequence; non-frames and unparseable names are raw items
         of their own."""
         name = entry["name"]
+        extra = {"archive_order": entry["archive_order"]} if "archive_order" in entry else {}
         if not self._is_frame_name(name):
             yield self.count("raw_items")
             yield self.count("excluded:not_a_frame")
@@ -211,7 +245,7 @@ class ROD(Scenario):
             return
         sequence = f"{setting}-{token}"
         seq = sequences.setdefault(f"{DATASET_FOLDER}/{sequence}", {
-            "sequence": sequence, "setting": setting, "token": token, "frames": {}})
+            "sequence": sequence, "setting": setting, "token": token, "frames": {}, **extra})
         frame = {"path": self.relative(entry["path"]), "ext": frame_extension(name),
                  "ref": entry["ref"], "error": entry["error"]}
         seq["frames"].setdefault(str(index), []).append(frame)
@@ -235,41 +269,42 @@ class ROD(Scenario):
                     f"({limit:,}); not read")
         return None
 
-    def _archive_entries(self):
-        """Stream each archive once, in name order; yield one entry per member. A member is
-        judged by its header (type, name, declared size) before any of its bytes are read, so
-        memory is bounded by `max_member_bytes` whatever an archive holds: a link or special
+    def _archive_entries(self, url: str, order: int):
+        """Stream one archive once; yield one entry per member (each with the archive's place
+        `order` among the archives, the order a sequence's fragments are merged in). A member
+        is judged by its header (type, name, declared size) before any of its bytes are read,
+        so memory is bounded by `max_member_bytes` whatever an archive holds: a link or special
         member is a counted dead letter, a member outside the layout is excluded unread, and an
         oversized frame is recorded as a bad frame without being read.
 
-        The photos are validated on a small thread pool while the archive is decompressed
-        (`_InOrder`: entries still come out in member order): all of ROD is one unit, ~25% of
-        the essential work of a full build, so one worker would otherwise do it on one core
-        while the other waits at the end of the read stage."""
+        A gzip archive is read through this process's access points of it
+        (`archives.walked`), which the shard writer then seeks by. The photos are validated on
+        a small thread pool while the archive is decompressed (`_InOrder`: entries still come
+        out in member order), so a worker reading an archive uses more than one core."""
+        archive = posixpath.basename(url)
+        outside = self.outside_root(url)
+        if outside is not None:
+            yield self.dead_letter(url, f"link outside the sources root: {archive} -> "
+                                        f"{outside}")
+            return
         with _InOrder(self, ROD_VALIDATION_THREADS) as pending:
-            for url in self.archives():
-                archive = posixpath.basename(url)
+            try:
                 fs, path = fileio.filesystem(url)
-                outside = self.outside_root(url)
-                if outside is not None:
-                    yield from pending.drain()
-                    yield self.dead_letter(url, f"link outside the sources root: {archive} -> "
-                                                f"{outside}")
-                    continue
-                try:
-                    version = archive_version(fs, path)
-                    with fileio.open_source(url) as raw:
-                        for tar, member in members(raw):
-                            for entry in self._member_entry(tar, member, url, version,
-                                                            pending):
-                                yield from pending.add(entry)
-                except ArchiveRefused as err:
-                    yield from pending.drain()
-                    yield self.dead_letter(url, f"refused archive: {archive}: {err}")
-                except (tarfile.TarError, EOFError, OSError, ValueError) as err:
-                    yield from pending.drain()
-                    yield self.dead_letter(url, f"unreadable archive: {archive} cut short "
-                                                f"({type(err).__name__}: {err})")
+                version = archive_version(fs, path)
+                with walked(url, version) as stream:
+                    for tar, member in members_of(stream):
+                        for entry in self._member_entry(tar, member, url, version, pending):
+                            found = entry[0] if isinstance(entry, tuple) else entry
+                            if isinstance(found, dict):  # (not a dead letter)
+                                found["archive_order"] = order
+                            yield from pending.add(entry)
+            except ArchiveRefused as err:
+                yield from pending.drain()
+                yield self.dead_letter(url, f"refused archive: {archive}: {err}")
+            except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as err:
+                yield from pending.drain()
+                yield self.dead_letter(url, f"unreadable archive: {archive} cut short "
+                                            f"({type(err).__name__}: {err})")
             yield from pending.drain()
 
     def _member_entry(self, tar, member, url: str, version: str, pending: "_InOrder"):
@@ -299,13 +334,15 @@ class ROD(Scenario):
     def _checked(self, data: bytes, name: str) -> tuple[str | None, str]:
         return self._validate(data, name), hashlib.sha256(data).hexdigest()
 
-    def _folder_entries(self, folder: str):
-        """The extracted archives' files, judged as members are: a link that resolves outside
-        the source root is a dead letter naming it, a file outside the layout is excluded
-        unread, an oversized frame is a bad frame not read."""
+    def _folder_entries(self, folder: str, lane: int):
+        """The extracted archives' files of one lane (`folder_lane`), judged as members are: a
+        link that resolves outside the source root is a dead letter naming it, a file outside
+        the layout is excluded unread, an oversized frame is a bad frame not read."""
         fs, base = fileio.filesystem(folder)
         for path in sorted(fs.find(base)):
             name = posixpath.relpath(path, base)
+            if self.folder_lane(name) != lane:
+                continue
             url = fileio.join(folder, name)
             outside = self.outside_root(url)
             if outside is not None:
@@ -324,6 +361,18 @@ class ROD(Scenario):
                 except OSError as err:
                     error = f"unreadable file: {err}"
             yield {"kind": "member", "name": name, "path": url, "error": error, "ref": ref}
+
+    def folder_lane(self, name: str) -> int:
+        """The lane of the extracted folder a file is read in: its sequence's (all the photos of
+        a sequence in one lane, so a lane's candidates are whole), lane 0 for a file that is no
+        photo or whose name does not parse."""
+        if not self._is_frame_name(name):
+            return 0
+        try:
+            setting, token, _ = parse_stem(posixpath.splitext(posixpath.basename(name))[0])
+        except BadItem:
+            return 0
+        return stable_hash(setting, token) % FOLDER_LANES
 
     # ---- building ---------------------------------------------------------------------------
 

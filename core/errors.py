@@ -8,7 +8,9 @@ its one-line message by the type (`core.cli.run_command`), never by matching the
   (exit 1): the output could not be written (a full disk, permissions); `MissingPackage` (exit
   2): an optional package is not installed (it names what to install); `FolderLocked` (exit 3):
   another build holds the output folder; `ResultsLocked` (exit 3): another evaluate of the same
-  run writes the same results file; `ScenarioCodeError` (exit 2): a scenario's own code raised.
+  run writes the same results file; `ScenarioCodeError` (exit 2): a scenario's own code raised
+  or returned what its method must not; `StoreFailed` (exit 1): a remote store's client failed
+  part way while the build read its sources (not a bad input: the same build again converges).
 - `BadItem`: one raw item cannot become a sample; it becomes a dead letter, never an exit.
 
 An error raised on a worker reaches the launcher as text only; `pipeline.failures` carries its
@@ -87,6 +89,13 @@ class ScenarioCodeError(CommandError):
     prefix = "FAILED"
 
 
+class StoreFailed(CommandError):
+    """A remote store's client failed part way (a connection cut, an endpoint gone) while the
+    build read a source: the store's failure, not a bad input, so never a dead letter."""
+    exit_code = 1
+    prefix = "BUILD FAILED"
+
+
 class ResultsLocked(CommandError):
     """Another `evaluate` of the same run is writing the same results file."""
     exit_code = 3
@@ -121,6 +130,15 @@ def code_failure(err: BaseException, module: str, who: str) -> str | None:
     return (f"{who}: its {own[0].name} raised {type(err).__name__}"
             f"{': ' + detail if detail else ''} (at {frames}); the scenario's own code failed, "
             "its author can fix it (--debug shows the whole traceback)")
+
+
+def wrong_return(who: str, method: str, value, expected: str, verb: str = "returned",
+                 of: str = "") -> str:
+    """One line saying that the code of `who` ("scenario dim") broke its method's contract:
+    `method` `verb` (returned, yielded) `value`, of the wrong type, (for `of`: the unit or the
+    key it was called for) where `expected` was due."""
+    return (f"{who}: its {method} {verb} {type(value).__name__}{f' for {of}' if of else ''}, "
+            f"expected {expected}; the scenario's own code failed, its author can fix it")
 
 
 def command_error_class(name: str) -> type[CommandError] | None:

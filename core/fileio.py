@@ -112,10 +112,29 @@ STORE_CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", 
 def is_store_error(err: BaseException) -> bool:
     """Whether `err` is a remote store's failure (its client's error, or an OSError), not a
     bug of ours."""
-    if isinstance(err, OSError):
-        return True
-    return any(cls.__module__.split(".", 1)[0] in STORE_CLIENT_PACKAGES
-               for cls in type(err).__mro__ if cls not in (Exception, BaseException, object))
+    return isinstance(err, OSError) or is_store_client_error(err)
+
+
+# What a store says of one file: an answer about that file (a bad input where a source is
+# read), never the store's failure, whatever client error it was translated from.
+_ANSWERS_ABOUT_A_FILE = (FileNotFoundError, PermissionError, IsADirectoryError,
+                         NotADirectoryError)
+
+
+def is_store_client_error(err: BaseException) -> bool:
+    """Whether `err` is a remote store's client failing (a connection cut, an endpoint gone, a
+    server error: raised by one of STORE_CLIENT_PACKAGES, or translated from one, as s3fs
+    makes an OSError of a server error), not an answer about one file (a missing key) or an
+    error of the file's bytes: where a source is read, the store's failure is not a bad input."""
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, _ANSWERS_ABOUT_A_FILE):
+            return False
+        if any(cls.__module__.split(".", 1)[0] in STORE_CLIENT_PACKAGES
+               for cls in type(err).__mro__ if cls not in (Exception, BaseException, object)):
+            return True
+        err, seen = err.__cause__, seen + 1
+    return False
 
 
 def store_error_text(err: BaseException) -> str:

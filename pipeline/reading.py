@@ -4,15 +4,16 @@ build each candidate into a row (or a train example). Errors are values at every
 or an item that fails is a dead letter, never a crash."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections import Counter
 
 import apache_beam as beam
 
-from proactivebench_builder.core import results
+from proactivebench_builder.core import fileio, results
 from proactivebench_builder.core.config import BuildConfig
-from proactivebench_builder.core.errors import BadItem
+from proactivebench_builder.core.errors import BadItem, ScenarioCodeError, StoreFailed
 from proactivebench_builder.core.layout import TRAIN
 from proactivebench_builder.core.contract import check_row
 from proactivebench_builder.pipeline import failures, progress
@@ -20,6 +21,7 @@ from proactivebench_builder.pipeline.row_store import RowStore, fetch
 from proactivebench_builder.pipeline.scenarios import (
     branch_scenario, reads_train_with_test, scenario_instance, train_scenario)
 from proactivebench_builder.transforms import get_scenario
+from proactivebench_builder.transforms.base import wrong_return
 
 LOG = logging.getLogger(__name__)
 
@@ -37,7 +39,10 @@ class ListUnits(beam.DoFn):
         with progress.timed(self.config.progress_dir, "list", label), \
                 failures.recorded(self.config.failures_dir, name):  # an unusable source folder
             scenario = branch_scenario(branch, name, self.config)
-            units = scenario.list_train_units() if branch == TRAIN else scenario.list_units()
+            method = "list_train_units" if branch == TRAIN else "list_units"
+            with store_failures_raised(scenario):
+                units = getattr(scenario, method)()
+            checked_units(scenario, method, units)
         LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
         progress.report(self.config.progress_dir, progress.LISTED, label, len(units))
         progress.flush(self.config.progress_dir)
@@ -45,6 +50,44 @@ class ListUnits(beam.DoFn):
             # A unit named by a non-UTF-8 file name cannot cross a Beam coder: it travels as
             # its escaped text and becomes a dead letter in ReadUnit.
             yield branch, name, results.utf8_unit(unit)
+
+
+UNIT_NAMES = "a list of unit names (str)"
+VALUES = ("an iterable of self.candidate(...), self.dead_letter(...), self.count(...) and "
+          "self.fragment(...) values")
+A_VALUE = ("a self.candidate(...), self.dead_letter(...), self.count(...) or "
+           "self.fragment(...) value")
+RESULT_VALUES = (results.Candidate, results.DeadLetter, results.Count, results.Fragment)
+A_ROW = "a row (the dict of self.new_row(key))"
+
+
+def checked_units(scenario, method: str, units) -> None:
+    """Raise ScenarioCodeError unless `units`, what `method` (list_units, list_train_units)
+    returned, is a list (or tuple) of unit names: a string would be read letter by letter."""
+    if not isinstance(units, (list, tuple)):
+        raise wrong_return(scenario, method, units, UNIT_NAMES)
+    for unit in units:
+        if not isinstance(unit, str):
+            raise wrong_return(scenario, method, unit, UNIT_NAMES, "named a unit by a")
+
+
+@contextlib.contextmanager
+def store_failures_raised(scenario):
+    """A remote store's client that fails while the scenario reads its source (a connection
+    cut, an endpoint gone) raises StoreFailed: not a bad input, so not a dead letter; the same
+    build run again reads it. A missing or unreadable file is still the input's."""
+    try:
+        yield
+    except Exception as err:
+        if isinstance(err, (ScenarioCodeError, StoreFailed)) or \
+                not fileio.is_store_client_error(err):
+            raise
+        raise store_failed(scenario, err) from err
+
+
+def store_failed(scenario, err: BaseException) -> StoreFailed:
+    return StoreFailed(f"{scenario.name}: reading {scenario.root}: the store failed: "
+                       f"{fileio.store_error_text(err)}; run the same build again")
 
 
 def unit_values(scenario, unit, read, labels=()):
@@ -65,8 +108,15 @@ def unit_values(scenario, unit, read, labels=()):
                 unit["not_utf8"], results.non_utf8_reason(unit["text"])), label)
         return
     counts, resolved = Counter(), Counter()
+    method = read.__name__
     try:
-        for value in read(unit):
+        with store_failures_raised(scenario):
+            values = read(unit)
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            raise wrong_return(scenario, method, values, VALUES, of=f"unit {unit!r}")
+        for value in values:
+            if not isinstance(value, RESULT_VALUES):
+                raise wrong_return(scenario, method, value, A_VALUE, "yielded", f"unit {unit!r}")
             if isinstance(value, results.Count):
                 counts[value.scenario, value.what] += value.n
                 if value.what.startswith("excluded:"):
@@ -82,7 +132,11 @@ def unit_values(scenario, unit, read, labels=()):
             else:
                 resolved[value.scenario] += 1
                 yield results.utf8_safe(value)
+    except (ScenarioCodeError, StoreFailed):
+        raise
     except Exception as err:  # noqa: BLE001 - errors are values here
+        if fileio.is_store_client_error(err):
+            raise store_failed(scenario, err) from err
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
         # Items counted before the failure but not yet resolved (e.g. drawings waiting for
         # their rank) are lost with the unit: its one dead letter (per label) stands for them
@@ -108,8 +162,12 @@ def merged_fragments(fragments: list):
     for fragment in fragments:
         parts.setdefault((fragment.scenario, fragment.key), []).append(fragment.item)
     for (name, key), items in sorted(parts.items()):
+        item = get_scenario(name).merge_fragments(items)
+        if not isinstance(item, dict):
+            raise wrong_return(get_scenario(name), "merge_fragments", item,
+                               "the candidate item (a dict)", of=key)
         yield results.Count(name, "raw_items", 1)
-        yield results.Candidate(name, key, get_scenario(name).merge_fragments(items))
+        yield results.Candidate(name, key, item)
 
 
 def bad_item_letter(scenario, label: str, key: str, err: BadItem) -> results.DeadLetter:
@@ -141,7 +199,8 @@ class ReadUnit(beam.DoFn):
     def process(self, element):
         branch, name, unit = element
         label = results.train_label(name) if branch == TRAIN else name
-        with progress.timed(self.config.progress_dir, "read", label):
+        with failures.recorded(self.config.failures_dir, name), \
+                progress.timed(self.config.progress_dir, "read", label):
             for value in self.read(branch, name, unit):
                 if isinstance(value, results.Candidate):
                     value = dataclasses.replace(value, item=self._store.put(value.item))
@@ -170,10 +229,17 @@ def train_example_values(value: results.Candidate, config: BuildConfig):
     scenario = train_scenario(name, config)
     try:
         example = scenario.build_train_example(value.key, value.item)
+        if not isinstance(example, dict):
+            raise wrong_return(scenario, "build_train_example", example,
+                               "a train row (the dict of self.train_example(...))", of=value.key)
     except BadItem as err:
         yield bad_item_letter(scenario, value.scenario, value.key, err)
         return
+    except (ScenarioCodeError, StoreFailed):
+        raise
     except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter (as a test one)
+        if fileio.is_store_client_error(err):
+            raise store_failed(scenario, err) from err
         LOG.warning("%s: %s failed", value.scenario, value.key, exc_info=True)
         yield results.DeadLetter(value.scenario, value.key,
                                  f"unexpected error: {type(err).__name__}: {err}", value.key)
@@ -202,7 +268,8 @@ class BuildSample(beam.DoFn):
         if isinstance(value.item, results.RowRef):  # (a merged fragment's item comes inline)
             value = dataclasses.replace(value, item=fetch(self.config.output, value.item))
         folder = self.config.progress_dir
-        with progress.timed(folder, "build", value.scenario):
+        with failures.recorded(self.config.failures_dir, value.scenario), \
+                progress.timed(folder, "build", value.scenario):
             for built in self.built(value):
                 if isinstance(built, (results.Sample, results.TrainExample)):
                     progress.report(folder, progress.BUILT, value.scenario)
@@ -220,6 +287,8 @@ class BuildSample(beam.DoFn):
         row = None
         try:
             row = scenario.build_sample(key, value.item)
+            if not isinstance(row, dict):
+                raise wrong_return(scenario, "build_sample", row, A_ROW, of=key)
             check_row(row)
             if not row["key"].startswith(f"{scenario.config_name}/"):
                 raise ValueError(f"key {row['key']!r} does not start with its config "
@@ -230,7 +299,11 @@ class BuildSample(beam.DoFn):
         except ValueError as err:
             yield results.DeadLetter(name, key, f"inconsistent sample: {err}", key)
             return
+        except (ScenarioCodeError, StoreFailed):
+            raise
         except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter
+            if fileio.is_store_client_error(err):
+                raise store_failed(scenario, err) from err
             LOG.warning("%s: %s failed", name, key, exc_info=True)
             yield results.DeadLetter(name, key, f"unexpected error: {type(err).__name__}: {err}",
                                      key)

@@ -86,7 +86,8 @@ class WriteReports(beam.DoFn):
 
     def process(self, element):
         with failures.recorded(self.config.failures_dir):  # e.g. a full disk
-            yield self.write([results.unpacked(v) for v in element[1]])
+            values = [results.unpacked(v) for v in element[1]]
+            yield self.write([v for v in values if v is not None])  # (pipeline.build's always)
 
     def write(self, values: list) -> dict:
         c = self.config

@@ -39,6 +39,28 @@ class BrokenLadder(FrameLadder):
         return super().next_image(env, action)
 '''
 
+# ... and a switch that makes a method return the wrong thing: RETURN="<method>=<literal>"
+RETURNS = '''
+
+def _returning(method):
+    import ast
+
+    real = getattr(Broken, method)
+
+    def switched(self, *args):
+        wanted = os.environ.get("RETURN", "")
+        if wanted.startswith(method + "="):
+            return ast.literal_eval(wanted.split("=", 1)[1])
+        return real(self, *args)
+
+    switched.__name__ = method
+    return switched
+
+
+for _method in ("list_units", "read_unit", "build_sample"):
+    setattr(Broken, _method, _returning(_method))
+'''
+
 
 @pytest.fixture(scope="module")
 def broken_plugin(tmp_path_factory) -> str:
@@ -60,6 +82,7 @@ def broken_plugin(tmp_path_factory) -> str:
         source = source.replace(line, line + f'{pad}if os.environ.get("BREAK") == "{method}":\n'
                                 f'{pad}    raise RuntimeError("{method} broke")\n')
     source = source.replace("\n\ndef unpadded_path", BEHAVIOUR + "\n\ndef unpadded_path", 1)
+    source += RETURNS
     (folder / "broken_scenario.py").write_text(source)
     manifest = open(os.path.join(EXTRA_SCENARIO_DIR, "focus.yaml")).read()
     (folder / "broken.yaml").write_text(manifest.replace("name: focus", "name: broken").replace(
@@ -68,8 +91,9 @@ def broken_plugin(tmp_path_factory) -> str:
     return str(folder)
 
 
-def command(plugin: str, tmp_path, argv: list[str], breaks: str = "") -> tuple[int, list[str]]:
-    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=plugin, BREAK=breaks)
+def command(plugin: str, tmp_path, argv: list[str], breaks: str = "",
+            returns: str = "") -> tuple[int, list[str]]:
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=plugin, BREAK=breaks, RETURN=returns)
     done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True,
                           timeout=300, cwd=str(tmp_path))
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -110,6 +134,43 @@ def test_a_plugin_method_that_raises_fails_the_build_in_one_line(broken_plugin, 
         with open(output / "reports" / "build.json") as handle:
             report = json.load(handle)
         assert report["status"] == "failed" and method in report["failure"]
+
+
+@pytest.mark.parametrize("returns, line", [
+    ("list_units=None", "its list_units returned NoneType, expected a list of unit names (str)"),
+    ("list_units='images'", "its list_units returned str, expected a list of unit names"),
+    ("list_units=[{'x': 1}]", "its list_units named a unit by a dict, expected a list of unit "),
+    ("read_unit=None", "its read_unit returned NoneType for unit "),
+    ("read_unit=['a row']", "its read_unit yielded str for unit "),
+    ("build_sample='a row'", "its build_sample returned str for Broken/"),
+    ("build_sample=None", "its build_sample returned NoneType for Broken/"),
+])
+def test_a_plugin_method_that_returns_the_wrong_thing_fails_the_build_in_one_line(
+        broken_plugin, tmp_path, returns, line):
+    """What a method returns is its code's contract, never a property of an input: a wrong
+    type, even for one unit or one item, is the scenario's failure (not a dead letter, which
+    would blame the inputs and, under --max_bad_fraction, pass a build missing samples)."""
+    output = tmp_path / "out"
+    status, lines = command(broken_plugin, tmp_path, build_argv(tmp_path, output),
+                            returns=returns)
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("FAILED: scenario broken: ") and line in lines[0], lines[0]
+    assert lines[0].endswith("the scenario's own code failed, its author can fix it")
+    with open(output / "reports" / "build.json") as handle:
+        report = json.load(handle)
+    assert report["status"] == "failed" and line in report["failure"]
+
+
+def test_units_that_give_nothing_fail_the_build_in_one_line(broken_plugin, tmp_path):
+    """Every unit yields nothing at all: the build still writes its reports, and says that
+    nothing was read (not that the workers wrote to a folder of their own)."""
+    output = tmp_path / "out"
+    status, lines = command(broken_plugin, tmp_path, build_argv(tmp_path, output),
+                            returns="read_unit=[]")
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("BUILD FAILED: broken: no raw item was read"), lines[0]
+    with open(output / "reports" / "build.json") as handle:
+        assert "no raw item was read" in json.load(handle)["failure"]
 
 
 def test_a_play_rule_that_raises_fails_validate_in_one_line(broken_plugin, broken_build,

@@ -271,6 +271,8 @@ class Scenario:
         except FileNotFoundError:
             raise BadItem("missing frame file", self.relative(url)) from None
         except OSError as err:
+            if fileio.is_store_client_error(err):  # the store's failure, not the file's
+                raise
             raise BadItem(f"unreadable file: {err}", self.relative(url)) from None
         try:
             checked = check_image(data, posixpath.basename(url))
@@ -288,7 +290,7 @@ class Scenario:
         """Give each file frame reference of `row` the sha256 of the bytes validated for it
         (when this worker validated them), then forget every recorded digest."""
         digests = self._validated_digests()
-        for ref in (row or {}).get("frame_refs") or ():
+        for ref in (row if isinstance(row, dict) else {}).get("frame_refs") or ():
             if ref.get("kind") == "file" and ref.get("url") in digests:
                 ref["sha256"] = digests[ref["url"]]
         digests.clear()
@@ -440,6 +442,15 @@ def code_failure(err: BaseException, scenario_cls: type) -> str | None:
     """One line saying that `scenario_cls`'s own code raised `err` (core.errors.code_failure),
     or None when the error is not its code's."""
     return errors.code_failure(err, scenario_cls.__module__, f"scenario {scenario_cls.name}")
+
+
+def wrong_return(scenario, method: str, value, expected: str, verb: str = "returned",
+                 of: str = "") -> errors.ScenarioCodeError:
+    """The one-line failure of a scenario whose `method` returned (or yielded) `value`, of the
+    wrong type (core.errors.wrong_return): what a method returns is its code's contract, never
+    a property of an input, so it is not a dead letter."""
+    return errors.ScenarioCodeError(errors.wrong_return(f"scenario {scenario.name}", method,
+                                                        value, expected, verb, of))
 
 
 def registered() -> dict[str, type[Scenario]]:

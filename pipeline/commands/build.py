@@ -24,7 +24,7 @@ from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
 from proactivebench_builder.core.errors import (
-    BuildFailed, CommandError, OutputError, SourceError, UsageError)
+    BuildFailed, CommandError, OutputError, SourceError, StoreFailed, UsageError)
 from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
@@ -184,7 +184,7 @@ def failure_reason(err: BaseException) -> str:
         return stop_reason(getattr(err, "signum", signal.SIGINT))
     if isinstance(err, SourceError):
         return f"SourceError: {err}"
-    if isinstance(err, (BuildFailed, OutputError)):
+    if isinstance(err, (BuildFailed, OutputError, StoreFailed)):
         return str(err)
     if isinstance(err, OSError) and err.errno:
         return str(OutputError.of(err))
@@ -222,6 +222,7 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
         print(filter_table(filters["scenarios"]))
     with phases.phase("drawing the build's plots"):
         write_build_plots(output)
+    check_something_read(report["scenarios"], config.scenarios)
     check_bad_fraction(report["scenarios"], opts.max_bad_fraction)
     problems = (buildfolder.shard_problems(output, report)
                 + buildfolder.card_problems(output, report))
@@ -251,6 +252,17 @@ def check_filter_errors(scenarios: dict, output: str) -> None:
                           f"split, and {output} is marked failed, so nothing reads its pool: "
                           "build the pool again without the filter, play or fix what the "
                           "filter needs on it, then rebuild with the filter)")
+
+
+def check_something_read(scenarios: dict, built: list[str]) -> None:
+    """A scenario of this build that counted no raw item built nothing, and no later check
+    would say why (its pool is merely empty)."""
+    empty = [name for name in sorted(built) if not scenarios.get(name, {}).get("raw_items")]
+    if empty:
+        raise BuildFailed(f"{', '.join(empty)}: no raw item was read: its units gave no "
+                          "value (a scenario's read_unit yields self.count(\"raw_items\") once "
+                          "per raw item, then its candidate or dead letter; "
+                          "docs/adding_a_scenario.md), or its source holds none")
 
 
 def check_bad_fraction(scenarios: dict, limit: float) -> None:

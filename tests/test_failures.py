@@ -57,7 +57,7 @@ def _returning(method):
     return switched
 
 
-for _method in ("list_units", "read_unit", "build_sample"):
+for _method in ("list_units", "read_unit", "build_sample") if os.environ.get("RETURN") else ():
     setattr(Broken, _method, _returning(_method))
 '''
 

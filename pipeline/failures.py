@@ -20,7 +20,8 @@ import json
 import uuid
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.core.errors import CommandError, OutputError, command_error_class
+from proactivebench_builder.core.errors import (
+    CommandError, OutputError, ScenarioCodeError, StoreFailed, command_error_class)
 from proactivebench_builder.transforms import base, get_scenario
 
 
@@ -55,6 +56,25 @@ def recorded(folder: str | None, scenario: str | None = None):
         else:
             _write(folder, {"type": "bug", "message": f"{type(err).__name__}: {_first_line(err)}"})
         raise
+
+
+@contextlib.contextmanager
+def store_failures_raised(scenario):
+    """A remote store's client that fails while the scenario reads its source (a connection
+    cut, an endpoint gone) raises StoreFailed: not a bad input, so not a dead letter; the same
+    build run again reads it. A missing or unreadable file is still the input's."""
+    try:
+        yield
+    except Exception as err:
+        if isinstance(err, (ScenarioCodeError, StoreFailed)) or \
+                not fileio.is_store_client_error(err):
+            raise
+        raise store_failed(scenario, err) from err
+
+
+def store_failed(scenario, err: BaseException) -> StoreFailed:
+    return StoreFailed(f"{scenario.name}: reading {scenario.root}: the store failed: "
+                       f"{fileio.store_error_text(err)}; run the same build again")
 
 
 def _scenario_failure(err: BaseException, scenario: str | None) -> str | None:

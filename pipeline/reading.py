@@ -4,7 +4,6 @@ build each candidate into a row (or a train example). Errors are values at every
 or an item that fails is a dead letter, never a crash."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections import Counter
@@ -40,7 +39,7 @@ class ListUnits(beam.DoFn):
                 failures.recorded(self.config.failures_dir, name):  # an unusable source folder
             scenario = branch_scenario(branch, name, self.config)
             method = "list_train_units" if branch == TRAIN else "list_units"
-            with store_failures_raised(scenario):
+            with failures.store_failures_raised(scenario):
                 units = getattr(scenario, method)()
             checked_units(scenario, method, units)
         LOG.info("%s: %d units of raw reading (%s)", name, len(units), branch)
@@ -71,25 +70,6 @@ def checked_units(scenario, method: str, units) -> None:
             raise wrong_return(scenario, method, unit, UNIT_NAMES, "named a unit by a")
 
 
-@contextlib.contextmanager
-def store_failures_raised(scenario):
-    """A remote store's client that fails while the scenario reads its source (a connection
-    cut, an endpoint gone) raises StoreFailed: not a bad input, so not a dead letter; the same
-    build run again reads it. A missing or unreadable file is still the input's."""
-    try:
-        yield
-    except Exception as err:
-        if isinstance(err, (ScenarioCodeError, StoreFailed)) or \
-                not fileio.is_store_client_error(err):
-            raise
-        raise store_failed(scenario, err) from err
-
-
-def store_failed(scenario, err: BaseException) -> StoreFailed:
-    return StoreFailed(f"{scenario.name}: reading {scenario.root}: the store failed: "
-                       f"{fileio.store_error_text(err)}; run the same build again")
-
-
 def unit_values(scenario, unit, read, labels=()):
     """The result values of reading one unit with `read` (the scenario's `read_unit` or
     `read_train_unit`): a unit named by a non-UTF-8 file name, or one that fails as a whole,
@@ -110,7 +90,7 @@ def unit_values(scenario, unit, read, labels=()):
     counts, resolved = Counter(), Counter()
     method = read.__name__
     try:
-        with store_failures_raised(scenario):
+        with failures.store_failures_raised(scenario):
             values = read(unit)
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
             raise wrong_return(scenario, method, values, VALUES, of=f"unit {unit!r}")
@@ -136,7 +116,7 @@ def unit_values(scenario, unit, read, labels=()):
         raise
     except Exception as err:  # noqa: BLE001 - errors are values here
         if fileio.is_store_client_error(err):
-            raise store_failed(scenario, err) from err
+            raise failures.store_failed(scenario, err) from err
         LOG.warning("%s: unit %s failed: %s", name, unit, err)
         # Items counted before the failure but not yet resolved (e.g. drawings waiting for
         # their rank) are lost with the unit: its one dead letter (per label) stands for them
@@ -239,7 +219,7 @@ def train_example_values(value: results.Candidate, config: BuildConfig):
         raise
     except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter (as a test one)
         if fileio.is_store_client_error(err):
-            raise store_failed(scenario, err) from err
+            raise failures.store_failed(scenario, err) from err
         LOG.warning("%s: %s failed", value.scenario, value.key, exc_info=True)
         yield results.DeadLetter(value.scenario, value.key,
                                  f"unexpected error: {type(err).__name__}: {err}", value.key)
@@ -303,7 +283,7 @@ class BuildSample(beam.DoFn):
             raise
         except Exception as err:  # noqa: BLE001 - one odd item is its own dead letter
             if fileio.is_store_client_error(err):
-                raise store_failed(scenario, err) from err
+                raise failures.store_failed(scenario, err) from err
             LOG.warning("%s: %s failed", name, key, exc_info=True)
             yield results.DeadLetter(name, key, f"unexpected error: {type(err).__name__}: {err}",
                                      key)

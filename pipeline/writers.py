@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from proactivebench_builder.core import fileio
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.seeding import stable_hash
+from proactivebench_builder.pipeline import failures
 from proactivebench_builder.transforms.base import SourceChanged
 
 LOG = logging.getLogger(__name__)
@@ -183,6 +184,8 @@ def checked_frame(scenario, ref: dict) -> bytes:
     except SourceChanged as err:  # a frame made from a source file (a crop) checks its source
         raise FrameChanged(path, err.reason) from None
     except Exception as err:  # noqa: BLE001 - gone, unreadable, a link: the row's dead letter
+        if fileio.is_store_client_error(err):  # (the store's failure is not the row's)
+            raise failures.store_failed(scenario, err) from err
         raise FrameChanged(path, f"frame unreadable when written: {type(err).__name__}: "
                                  f"{getattr(err, 'reason', err)}") from None
     expected = ref.get("sha256")

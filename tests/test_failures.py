@@ -245,3 +245,74 @@ def test_a_store_that_dies_mid_build_is_one_line_and_a_rerun_converges(s3_port, 
     assert not [k for k in cut if os.path.basename(k).startswith(".tmp-")]
     shards = {k: v for k, v in whole.items() if k.endswith(".parquet")}
     assert {k: v for k, v in cut.items() if k.endswith(".parquet")} == shards
+
+
+# ---- a source store that fails part way -------------------------------------------------------
+
+def build_from_s3(plugin: str, tmp_path, sources: str, port: int, output) -> tuple[int, list]:
+    from conftest import s3_environment
+
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=plugin, **s3_environment(port))
+    done = subprocess.run([
+        sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER, "--no_progress", "--scenarios=broken",
+        "--direct_num_workers=1", f"--sources_root={sources}", f"--output={output}"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.returncode, [line for line in done.stderr.splitlines()
+                             if line.strip() and " INFO " not in line]
+
+
+def shards_of(output) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(folder, name), output):
+            open(os.path.join(folder, name), "rb").read()
+            for folder, _, names in os.walk(output) for name in names
+            if name.endswith(".parquet")}
+
+
+@pytest.fixture(scope="module")
+def s3_sources(broken_plugin, broken_build, s3_port) -> str:
+    """The plug-in's miniature source, uploaded to s3://bucket/sources/."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    local = os.path.join(os.path.dirname(broken_build), "build", "miniature_sources")
+    for folder, _, names in os.walk(local):
+        for name in names:
+            path = os.path.join(folder, name)
+            s3.upload_file(path, "bucket", "sources/" + os.path.relpath(path, local))
+    return "s3://bucket/sources"
+
+
+@pytest.mark.parametrize("at", [0.3, 0.6, 0.9])
+def test_a_source_store_that_dies_mid_build_is_one_line_and_a_rerun_converges(
+        broken_plugin, broken_build, s3_sources, s3_port, tmp_path, at):
+    """The sources are s3:// and the store's connections are cut part way (while units are
+    read, samples built, or frames read again for the shards): one BUILD FAILED line saying
+    the store failed (exit 1), never dead letters blaming the inputs; once the store answers,
+    the same build gives the uninterrupted build's shards."""
+    from relay import Relay
+
+    healthy = Relay(s3_port)
+    try:
+        assert build_from_s3(broken_plugin, tmp_path, s3_sources, healthy.port,
+                             tmp_path / "whole")[0] == 0
+    finally:
+        healthy.close()
+    relay = Relay(s3_port, budget=int(healthy.sent * at))
+    try:
+        status, lines = build_from_s3(broken_plugin, tmp_path, s3_sources, relay.port,
+                                      tmp_path / "cut")
+        assert status == 1 and len(lines) == 1, lines
+        assert lines[0].startswith("BUILD FAILED: broken: reading s3://bucket/sources/broken: "
+                                   "the store failed: ") and \
+            lines[0].endswith("; run the same build again"), lines[0]
+        with open(tmp_path / "cut" / "reports" / "build.json") as handle:
+            report = json.load(handle)
+        assert report["status"] == "failed" and "the store failed" in report["failure"]
+        relay.revive()
+        assert build_from_s3(broken_plugin, tmp_path, s3_sources, relay.port,
+                             tmp_path / "cut")[0] == 0
+    finally:
+        relay.close()
+    assert shards_of(tmp_path / "cut") == shards_of(tmp_path / "whole") != {}

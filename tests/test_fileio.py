@@ -250,3 +250,24 @@ def test_numbered_lines_reads_a_remote_stores_file_a_bounded_line_at_a_time():
     with Store().open("remote.jsonl", "rb") as handle:
         assert list(numbered_lines(handle, 1000)) == [
             (1, b'{"a": 1}\n'), (2, None), (3, b'{"b": 2}')]
+
+
+def test_a_store_clients_failure_is_told_from_an_answer_about_one_file():
+    """Where a source is read, a store client's own failure (a connection cut, a server error
+    s3fs translated into an OSError) is the store's; a missing key or a denied one, even
+    translated from the client's error, and an OSError of this machine are the input's."""
+    botocore = pytest.importorskip("botocore.exceptions")
+    aiohttp = pytest.importorskip("aiohttp")
+
+    def translated(cls, code):
+        err = cls(code)
+        err.__cause__ = botocore.ClientError({"Error": {"Code": code}}, "GetObject")
+        return err
+
+    assert fileio.is_store_client_error(botocore.EndpointConnectionError(endpoint_url="x"))
+    assert fileio.is_store_client_error(aiohttp.ClientOSError())  # (an OSError too)
+    assert fileio.is_store_client_error(translated(OSError, "InternalError"))
+    assert not fileio.is_store_client_error(translated(FileNotFoundError, "NoSuchKey"))
+    assert not fileio.is_store_client_error(translated(PermissionError, "AccessDenied"))
+    assert not fileio.is_store_client_error(OSError(5, "Input/output error"))
+    assert not fileio.is_store_client_error(ValueError("not an image"))

@@ -22,6 +22,7 @@ from proactivebench_builder.pipeline.scenarios import scenario_instance
 from proactivebench_builder.pipeline.train import train_shard_rows, write_train_shard
 from proactivebench_builder.pipeline.writers import (
     FrameChanged, checked_frame, dropped_the_only_shard, ordered_shard_plan, write_parquet)
+from proactivebench_builder.transforms.base import wrong_return
 
 LOG = logging.getLogger(__name__)
 
@@ -209,6 +210,10 @@ def prefetch(scenario, rows: list[dict]) -> "InReadOrder | None":
     order."""
     order = [(scenario.read_order(ref), r, f) for r, row in enumerate(rows)
              for f, ref in enumerate(row["frame_refs"])]
+    for key, _, _ in order:
+        if not isinstance(key, tuple):
+            raise wrong_return(scenario, "read_order", key, "a sort key (a tuple; () for row "
+                               "order)")
     if not any(key for key, _, _ in order):
         return None
     return InReadOrder(scenario, rows, [(r, f) for _, r, f in sorted(order)])

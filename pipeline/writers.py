@@ -20,7 +20,7 @@ from proactivebench_builder.core import fileio
 from proactivebench_builder.core.images import BadImage, check_image
 from proactivebench_builder.core.seeding import stable_hash
 from proactivebench_builder.pipeline import failures
-from proactivebench_builder.transforms.base import SourceChanged
+from proactivebench_builder.transforms.base import SourceChanged, wrong_return
 
 LOG = logging.getLogger(__name__)
 
@@ -188,6 +188,9 @@ def checked_frame(scenario, ref: dict) -> bytes:
             raise failures.store_failed(scenario, err) from err
         raise FrameChanged(path, f"frame unreadable when written: {type(err).__name__}: "
                                  f"{getattr(err, 'reason', err)}") from None
+    if not isinstance(data, bytes):
+        raise wrong_return(scenario, "load_frame", data,
+                           "the frame's encoded bytes (PNG or JPEG)", of=where or ref.get("kind"))
     expected = ref.get("sha256")
     if expected is not None:
         if hashlib.sha256(data).hexdigest() != expected:

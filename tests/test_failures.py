@@ -57,7 +57,8 @@ def _returning(method):
     return switched
 
 
-for _method in ("list_units", "read_unit", "build_sample") if os.environ.get("RETURN") else ():
+for _method in ("list_units", "read_unit", "build_sample", "load_frame", "read_order",
+                "placeholders") if os.environ.get("RETURN") else ():
     setattr(Broken, _method, _returning(_method))
 '''
 
@@ -144,6 +145,9 @@ def test_a_plugin_method_that_raises_fails_the_build_in_one_line(broken_plugin, 
     ("read_unit=['a row']", "its read_unit yielded str for unit "),
     ("build_sample='a row'", "its build_sample returned str for Broken/"),
     ("build_sample=None", "its build_sample returned NoneType for Broken/"),
+    ("load_frame='PNG'", "its load_frame returned str for "),
+    ("read_order=[0]", "its read_order returned list, expected a sort key (a tuple"),
+    ("placeholders=None", "its placeholders returned NoneType, expected a list of lines"),
 ])
 def test_a_plugin_method_that_returns_the_wrong_thing_fails_the_build_in_one_line(
         broken_plugin, tmp_path, returns, line):
@@ -156,6 +160,9 @@ def test_a_plugin_method_that_returns_the_wrong_thing_fails_the_build_in_one_lin
     assert status == 2 and len(lines) == 1, lines
     assert lines[0].startswith("FAILED: scenario broken: ") and line in lines[0], lines[0]
     assert lines[0].endswith("the scenario's own code failed, its author can fix it")
+    if returns.startswith("placeholders="):  # asked before any work: no folder is made
+        assert not output.exists()
+        return
     with open(output / "reports" / "build.json") as handle:
         report = json.load(handle)
     assert report["status"] == "failed" and line in report["failure"]

@@ -36,6 +36,7 @@ from proactivebench_builder.pipeline.partial_rebuild import UpdateRefused, plan_
 from proactivebench_builder.fetch.verify import record_sources, verify_sources
 from proactivebench_builder.transforms import (
     PATH_VARIABLE, config_aliases, load_scenarios, manifest_of)
+from proactivebench_builder.transforms.base import wrong_return
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -477,7 +478,12 @@ def stand_ins(scenarios: dict, sources: dict, overrides: dict, seed: int,
                 if not done]
         scenario = cls(seed, sources[name])
         scenario.params.update(overrides.get(name, {}))
-        items += [{"kind": "placeholders", "what": text} for text in scenario.placeholders()]
+        placeholders = scenario.placeholders()
+        if not isinstance(placeholders, (list, tuple)) or \
+                not all(isinstance(text, str) for text in placeholders):
+            raise wrong_return(scenario, "placeholders", placeholders,
+                               "a list of lines (str), [] when nothing stands in")
+        items += [{"kind": "placeholders", "what": text} for text in placeholders]
         if items:
             found[name] = items
     return found

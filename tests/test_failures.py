@@ -323,3 +323,33 @@ def test_a_source_store_that_dies_mid_build_is_one_line_and_a_rerun_converges(
     finally:
         relay.close()
     assert shards_of(tmp_path / "cut") == shards_of(tmp_path / "whole") != {}
+
+
+def test_a_missing_or_corrupt_file_in_a_source_bucket_is_still_a_dead_letter(
+        broken_plugin, broken_build, s3_sources, s3_port, tmp_path):
+    """Only the store client's own failure is the store's: a frame missing from the bucket
+    (s3fs's FileNotFoundError) or holding no image is the input's dead letter."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    keys = sorted(item["Key"] for item in s3.list_objects_v2(
+        Bucket="bucket", Prefix="sources/")["Contents"])
+    frames = [k for k in keys if k.endswith(".png")]
+    for key in keys:
+        s3.copy_object(Bucket="bucket", Key="bad-" + key,
+                       CopySource={"Bucket": "bucket", "Key": key})
+    s3.delete_object(Bucket="bucket", Key="bad-" + frames[0])
+    s3.put_object(Bucket="bucket", Key="bad-" + frames[-1], Body=b"not a png")
+    from conftest import s3_environment
+
+    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=broken_plugin, **s3_environment(s3_port))
+    done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER,
+                           "--no_progress", "--scenarios=broken", "--max_bad_fraction=1",
+                           "--sources_root=s3://bucket/bad-sources",
+                           f"--output={tmp_path / 'out'}"], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "out" / "reports" / "build.json") as handle:
+        reasons = json.load(handle)["scenarios"]["broken"]["dead_letters_by_reason"]
+    assert reasons.get("missing frame file") == 1 and sum(reasons.values()) == 2, reasons

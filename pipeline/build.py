@@ -100,7 +100,7 @@ class BuildBenchmark(beam.PTransform):
                 | "ReadUnits" >> beam.ParDo(ReadUnit(c))
                 # units differ a lot in size (a COCO read shard, a QuickDraw file): spread the
                 # small candidates again so both workers share the validation work
-                | "SpreadCandidates" >> Spread()
+                | "SpreadCandidates" >> Spread(c.failures_dir)
                 | "BuildSamples" >> beam.ParDo(BuildSample(c)))
         raw = parts[0] if len(parts) == 1 else parts | "RawValues" >> beam.Flatten()
         samples = raw | "Samples" >> beam.Filter(_is_sample)

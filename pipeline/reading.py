@@ -1,7 +1,10 @@
 """The first three stages of the graph, shared by the test pools and the train split: list the
 units of raw reading of each (branch, scenario) job, read each unit into result values, and
 build each candidate into a row (or a train example). Errors are values at every stage: a unit
-or an item that fails is a dead letter, never a crash."""
+or an item that fails is a dead letter, never a crash. Two failures are not an input's, so
+they stop the build in one line instead (pipeline.failures records them): a scenario method
+that returns the wrong type (its code's contract, checked here where the pipeline receives
+it: a ScenarioCodeError) and a remote source store's client that fails (StoreFailed)."""
 from __future__ import annotations
 
 import dataclasses
@@ -90,8 +93,7 @@ def unit_values(scenario, unit, read, labels=()):
     counts, resolved = Counter(), Counter()
     method = read.__name__
     try:
-        with failures.store_failures_raised(scenario):
-            values = read(unit)
+        values = read(unit)
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
             raise wrong_return(scenario, method, values, VALUES, of=f"unit {unit!r}")
         for value in values:

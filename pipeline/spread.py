@@ -5,6 +5,7 @@ import apache_beam as beam
 
 from proactivebench_builder.core import results
 from proactivebench_builder.core.seeding import stable_hash
+from proactivebench_builder.pipeline import failures
 from proactivebench_builder.pipeline.reading import merged_fragments
 
 SPREAD_LANES = 256  # most partitions a spread stage can use on the DaskRunner
@@ -27,9 +28,10 @@ def _keyed_by_hash(value):
     return stable_hash(*what) >> (128 - KEY_BITS), results.packed(value)
 
 
-def _ungrouped(keyed):
+def _ungrouped(keyed, failures_dir=None):
     """The group's values, the fragments among them merged into the raw items they are parts
-    of (`reading.merged_fragments`)."""
+    of (`reading.merged_fragments`; a scenario's merge that fails is recorded in
+    `failures_dir`, pipeline.failures)."""
     fragments = []
     for packed in keyed[1]:
         value = results.unpacked(packed)
@@ -38,7 +40,8 @@ def _ungrouped(keyed):
         else:
             yield value
     if fragments:
-        yield from merged_fragments(fragments)
+        with failures.recorded(failures_dir, fragments[0].scenario):
+            yield from merged_fragments(fragments)
 
 
 class Spread(beam.PTransform):
@@ -51,6 +54,10 @@ class Spread(beam.PTransform):
     placeholders: it adds no element, but on Dask it brings its partitions (`--dask_npartitions`
     of them), over which the hash spreads the elements. On other runners it is just empty."""
 
+    def __init__(self, failures_dir: str | None = None):
+        super().__init__()
+        self.failures_dir = failures_dir
+
     def expand(self, pcoll):
         lanes = (
             pcoll.pipeline
@@ -62,5 +69,5 @@ class Spread(beam.PTransform):
             | "WithLanes" >> beam.Flatten()
             | "KeyByHash" >> beam.Map(_keyed_by_hash)
             | "Group" >> beam.GroupByKey()
-            | "Ungroup" >> beam.FlatMap(_ungrouped)
+            | "Ungroup" >> beam.FlatMap(_ungrouped, self.failures_dir)
         )

@@ -256,17 +256,26 @@ def test_a_store_that_dies_mid_build_is_one_line_and_a_rerun_converges(s3_port, 
 
 # ---- a source store that fails part way -------------------------------------------------------
 
-def build_from_s3(plugin: str, tmp_path, sources: str, port: int, output) -> tuple[int, list]:
+def build_from_s3(plugin: str, tmp_path, sources: str, port: int, output,
+                  *extra: str) -> tuple[int, list]:
     from conftest import s3_environment
 
     env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=plugin, **s3_environment(port))
     done = subprocess.run([
-        sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER, "--no_progress", "--scenarios=broken",
-        "--direct_num_workers=1", f"--sources_root={sources}", f"--output={output}"],
+        sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER, "--no_progress",
+        "--scenarios=broken", "--direct_num_workers=1", f"--sources_root={sources}",
+        f"--output={output}", *extra],
         env=env, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     return done.returncode, [line for line in done.stderr.splitlines()
                              if line.strip() and " INFO " not in line]
+
+
+def s3_client(port: int):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                        aws_access_key_id="x", aws_secret_access_key="x")
 
 
 def shards_of(output) -> dict[str, bytes]:
@@ -279,10 +288,7 @@ def shards_of(output) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def s3_sources(broken_plugin, broken_build, s3_port) -> str:
     """The plug-in's miniature source, uploaded to s3://bucket/sources/."""
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
-                      aws_access_key_id="x", aws_secret_access_key="x")
+    s3 = s3_client(s3_port)
     local = os.path.join(os.path.dirname(broken_build), "build", "miniature_sources")
     for folder, _, names in os.walk(local):
         for name in names:
@@ -329,10 +335,7 @@ def test_a_missing_or_corrupt_file_in_a_source_bucket_is_still_a_dead_letter(
         broken_plugin, broken_build, s3_sources, s3_port, tmp_path):
     """Only the store client's own failure is the store's: a frame missing from the bucket
     (s3fs's FileNotFoundError) or holding no image is the input's dead letter."""
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
-                      aws_access_key_id="x", aws_secret_access_key="x")
+    s3 = s3_client(s3_port)
     keys = sorted(item["Key"] for item in s3.list_objects_v2(
         Bucket="bucket", Prefix="sources/")["Contents"])
     frames = [k for k in keys if k.endswith(".png")]
@@ -341,15 +344,9 @@ def test_a_missing_or_corrupt_file_in_a_source_bucket_is_still_a_dead_letter(
                        CopySource={"Bucket": "bucket", "Key": key})
     s3.delete_object(Bucket="bucket", Key="bad-" + frames[0])
     s3.put_object(Bucket="bucket", Key="bad-" + frames[-1], Body=b"not a png")
-    from conftest import s3_environment
-
-    env = dict(os.environ, PROACTIVEBENCH_SCENARIO_PATH=broken_plugin, **s3_environment(s3_port))
-    done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER,
-                           "--no_progress", "--scenarios=broken", "--max_bad_fraction=1",
-                           "--sources_root=s3://bucket/bad-sources",
-                           f"--output={tmp_path / 'out'}"], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+    status, lines = build_from_s3(broken_plugin, tmp_path, "s3://bucket/bad-sources", s3_port,
+                                  tmp_path / "out", "--max_bad_fraction=1")
+    assert status == 0, lines
     with open(tmp_path / "out" / "reports" / "build.json") as handle:
         reasons = json.load(handle)["scenarios"]["broken"]["dead_letters_by_reason"]
     assert reasons.get("missing frame file") == 1 and sum(reasons.values()) == 2, reasons

@@ -184,8 +184,8 @@ def test_metrics_table():
 def test_upstream_layout_rows_match_parquet_rows(built_miniature):
     upstream = f"{built_miniature}/upstream"
     for config in loading.available_configs(upstream):
-        parquet = {r["key"]: r for r in loading.iter_parquet_rows(built_miniature, config)}
-        for row in loading.iter_upstream_rows(upstream, config):
+        parquet = {r["key"]: r for r in loading.iter_rows(built_miniature, config)}
+        for row in loading.iter_rows(upstream, config):
             twin = parquet[row["key"]]
             assert row["frame_ids"] == twin["frame_ids"]
             assert [f["bytes"] for f in row["frames"]] == [f["bytes"] for f in twin["frames"]]

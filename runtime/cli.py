@@ -350,6 +350,12 @@ def current_samples(args) -> dict:
         raise SystemExit(f"--split unfiltered: --data {args.data} is an upstream-layout folder, "
                          "which holds one split (what was exported); the unfiltered pool is "
                          "in the build folder (or on the Hub)")
+    if args.all_records and loading.data_kind(args.data) != loading.UPSTREAM:
+        # refused rather than ignored: the run would spend a model's time on the test split
+        # while its user asked for every record
+        raise SystemExit(f"--all_records: --data {args.data} is not an upstream-layout folder; "
+                         "--all_records is for one (the release's test/ folder), and a build "
+                         "folder's (or the Hub's) whole pool is --split unfiltered")
     configs = selected_configs(args)
     if not configs:
         raise SystemExit(f"nothing to evaluate: {why_no_configs(args)}")

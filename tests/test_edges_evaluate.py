@@ -834,6 +834,18 @@ def test_split_unfiltered_on_an_upstream_folder_is_refused(qd_build, tmp_path, c
     assert status == 2 and "is an upstream-layout folder, which holds one split" in one_line(err)
 
 
+def test_all_records_on_a_build_folder_is_refused(qd_build, tmp_path, capsys):
+    """--all_records selects records of an upstream-layout folder; on a build folder it was
+    ignored without a word (the test split played). Refused in one line, naming the flag that
+    plays a build's whole pool, with nothing written."""
+    results = tmp_path / "r.jsonl"
+    status, _, err = evaluate(capsys, "--data", qd_build, *QD, "--all_records",
+                              "--results", str(results))
+    line = one_line(err)
+    assert status == 2 and "--all_records is for one" in line and "--split unfiltered" in line
+    assert not results.exists() or not results.read_text()
+
+
 # ---- model and judge endpoints (inventory J) ----------------------------------------------------
 
 def _ask(url: str, **options) -> str:

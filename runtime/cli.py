@@ -49,6 +49,7 @@ from proactivebench_builder.runtime.predictions_schema import prediction_row
 PROG = "python -m proactivebench_builder.runtime"
 JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
 MAX_CONCURRENCY = 256  # a thread per sample in flight: more only costs memory
+READ_AHEAD = 1  # samples whose frames are read per thread ahead: its next is ready when it is free
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -223,9 +224,6 @@ def unplayable(args, config: str, sample, err: BaseException) -> UnplayableSampl
                             f"{args.results})")
 
 
-READ_AHEAD = 1  # samples read ahead per thread: the next one is ready when a thread is free
-
-
 def scenario_code_failure(err: BaseException, config: str) -> str | None:
     """The one line naming the scenario whose own code (its play declaration's hooks) raised
     `err` while a sample of `config` was played; None when the error is not its code's."""
@@ -285,29 +283,30 @@ def evaluate_alone(args, signature: dict) -> dict:
         with phases.phase(f"playing {len(todo):,} samples with {signature['model_spec']}"
                           + (f" ({len(done):,} done in an earlier run)" if done else "")):
             pass
-    def finish(config: str, sample: loading.Sample, future) -> None:
-        """Write the result of a sample played, in the order of `todo`."""
-        try:
-            result = dict(future.result())
-        except MalformedRecord as err:
-            raise unplayable(args, config, sample, err) from err
-        except (CommandError, OSError):
-            raise
-        except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
-            line = scenario_code_failure(err, config)
-            if line is None:
-                raise
-            raise ScenarioCodeError(line) from err
-        result.setdefault("config", None)
-        # Prediction lines keep exactly the filter's schema (no run fields).
-        out.write(result if args.first_round_only else {
-            **signature, **result, SAMPLE_FINGERPRINT: samples[(config, sample.row.get("key"))][0]})
-        bar.update(1)
-
     with results_file.Writer(found) as out, at_interrupt(stop_requests), \
             tqdm(total=len(todo), desc=f"{signature['model_spec']} {args.mode}",
                  unit="sample", disable=not show_progress(args)) as bar, \
             ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
+        def finish(config: str, sample: loading.Sample, future) -> None:
+            """Write the result of a sample played, in the order of `todo`."""
+            try:
+                result = dict(future.result())
+            except MalformedRecord as err:
+                raise unplayable(args, config, sample, err) from err
+            except (CommandError, OSError):
+                raise
+            except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
+                line = scenario_code_failure(err, config)
+                if line is None:
+                    raise
+                raise ScenarioCodeError(line) from err
+            result.setdefault("config", None)
+            # Prediction lines keep exactly the filter's schema (no run fields).
+            out.write(result if args.first_round_only else {
+                **signature, **result,
+                SAMPLE_FINGERPRINT: samples[(config, sample.row.get("key"))][0]})
+            bar.update(1)
+
         # Frames are read here, in todo's (shard) order, for the samples in play: those the
         # threads play and READ_AHEAD per thread queued behind them. Nothing more is held.
         in_play = collections.deque()

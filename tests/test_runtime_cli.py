@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -316,6 +317,34 @@ def test_the_samples_read_hold_no_frames_of_the_split(make_folder, tmp_path):
     assert large - small < 4 * len(frame), (small, large)  # 80 frames more, not one row's worth
     row = next(loading.iter_rows(make_folder(tmp_path / "again", 1, frame), "QuickDraw"))
     assert [f["bytes"] for f in row["frames"]] == [frame] * 4  # played with its frames
+
+
+def test_frames_changed_after_their_check_are_named_when_played(tmp_path, monkeypatch, capsys):
+    """Frames are read again when a sample is played: a frame file gone since the check, or a
+    shard whose rows moved, is one line naming the sample; the samples before it are written."""
+    frame = _large_frame()
+    build = _build_folder(tmp_path / "build", 8, frame)
+    samples = list(loading.iter_samples(build, "QuickDraw"))
+    shard = f"{build}/QuickDraw/test-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(shard).take(list(range(7, -1, -1))), shard, row_group_size=4)
+    with pytest.raises(loading.BadRecord, match="changed since it was checked"):
+        samples[0].read_frames()
+
+    data = _upstream_folder(tmp_path / "upstream", 4, frame)
+    reading = cli.current_samples
+
+    def then_a_frame_goes(args):
+        found = reading(args)
+        os.remove(os.path.join(data, "QuickDraw/sketch2", "0000.png"))
+        return found
+    monkeypatch.setattr(cli, "current_samples", then_a_frame_goes)
+    results = tmp_path / "r.jsonl"
+    status = cli.main(["evaluate", "--data", data, "--model", "oracle", "--no_progress",
+                       "--results", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and "sample 'QuickDraw/sketch/2' (QuickDraw) cannot be played" in err
+    assert "frame QuickDraw/sketch2/0000.png: No such file" in err, err
+    assert [r["key"] for r in read_jsonl(results)] == ["QuickDraw/sketch/0", "QuickDraw/sketch/1"]
 
 
 # ---- what the tester found (one test each) ----------------------------------------------------

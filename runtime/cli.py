@@ -224,6 +224,15 @@ def unplayable(args, config: str, sample, err: BaseException) -> UnplayableSampl
                             f"{args.results})")
 
 
+def raise_as_scenario_failure(err: Exception, config: str) -> None:
+    """Raise `err` as the one line of a ScenarioCodeError when the scenario's own code raised
+    it, else as it is (a bug of ours keeps its traceback)."""
+    line = scenario_code_failure(err, config)
+    if line is None:
+        raise err
+    raise ScenarioCodeError(line) from err
+
+
 def scenario_code_failure(err: BaseException, config: str) -> str | None:
     """The one line naming the scenario whose own code (its play declaration's hooks) raised
     `err` while a sample of `config` was played; None when the error is not its code's."""
@@ -240,10 +249,7 @@ def samples_of(args, config: str, split: str, on_bad, keep) -> list[loading.Samp
     except (CommandError, OSError, SystemExit):
         raise
     except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
-        line = scenario_code_failure(err, config)
-        if line is None:
-            raise
-        raise ScenarioCodeError(line) from err
+        raise_as_scenario_failure(err, config)
 
 
 def show_progress(args) -> bool:
@@ -296,10 +302,7 @@ def evaluate_alone(args, signature: dict) -> dict:
             except (CommandError, OSError):
                 raise
             except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
-                line = scenario_code_failure(err, config)
-                if line is None:
-                    raise
-                raise ScenarioCodeError(line) from err
+                raise_as_scenario_failure(err, config)
             result.setdefault("config", None)
             # Prediction lines keep exactly the filter's schema (no run fields).
             out.write(result if args.first_round_only else {

@@ -1,1 +1,1 @@
-"""The scale benchmark of the build (issue #6): `python benchmarks/run.py --help`."""
+"""The scale benchmark of the build: `python benchmarks/run.py --help`."""

@@ -17,7 +17,7 @@ test frames (plus the train split's images):
 | train     | 17,250 QD + 10,000 COCO train2014 single-object images (the default build's train split) |
 
 Choices (all command-line options of `run.py`):
-- ROD photos are 3024x3024, the real side (`--rod_side`; figures before issue 17 used 1512):
+- ROD photos are 3024x3024, the real side (`--rod_side`):
   ROD's 1.2k frames then weigh about as much as the rest of the benchmark together. They are
   read from the `.tar.gz` archives (the layout as downloaded).
 - VSOD: the paper's 14.4k VSOD images over 200 pooled rows give 72 frames per segment (the

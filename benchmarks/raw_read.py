@@ -1,4 +1,4 @@
-"""Raw reading at real source sizes (issue 17), in one command:
+"""Raw reading at real source sizes, in one command:
 
     python benchmarks/raw_read.py --workdir /tmp/pb_real --json benchmarks/results.json
 

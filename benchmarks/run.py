@@ -1,4 +1,4 @@
-"""The scale benchmark of the build (issue #6), in one command:
+"""The scale benchmark of the build, in one command:
 
     python benchmarks/run.py --fractions 0.01,0.1 --workdir /tmp/pb_bench --json benchmarks/results.json
 

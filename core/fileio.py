@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import errno
 import hashlib
+import io
 import itertools
 import os
 import posixpath
@@ -13,6 +14,7 @@ import stat
 import uuid
 
 import fsspec
+import fsspec.spec
 
 from proactivebench_builder.core.errors import MissingPackage
 
@@ -256,6 +258,8 @@ def numbered_lines(handle, limit: int, skip_bom: bool = False):
     `limit` bytes, whose rest is skipped a block at a time: memory never holds more than
     `limit` bytes of a line, whatever the file holds. With `skip_bom`, a UTF-8 byte-order mark
     opening the file is left out of line 1 (an editor's save of a JSONL file)."""
+    if isinstance(handle, fsspec.spec.AbstractBufferedFile):  # s3fs, gcsfs, http: their
+        handle = io.BufferedReader(handle)  # readline takes no size and reads to the newline
     number = 0
     while True:
         line = handle.readline(limit + 1)

@@ -69,10 +69,11 @@ class ExclusiveLock:
     the holder when another does, OutputError (one line naming `what`) when the path cannot be
     a lock file. `keep_file`: the file stays after release, emptied (a build folder's lock, so
     that a finished folder holds no pid and two builds leave the same bytes); else it is
-    removed (filelock itself leaves a Unix lock file in place)."""
+    removed (filelock itself leaves a Unix lock file in place). `wait`: seconds to wait for
+    the holder to release it before Held."""
 
-    def __init__(self, path: str, what: str, keep_file: bool = False):
-        self.path, self.what, self.keep_file = path, what, keep_file
+    def __init__(self, path: str, what: str, keep_file: bool = False, wait: float = 0):
+        self.path, self.what, self.keep_file, self.wait = path, what, keep_file, wait
         self._lock = None
         self._fd = None
 
@@ -92,7 +93,7 @@ class ExclusiveLock:
             os.pwrite(fd, json.dumps(holder_record()).encode(), 0)
             self._fd = fd
 
-        lock = filelock.FileLock(path, timeout=0, preserve_lock_file=self.keep_file,
+        lock = filelock.FileLock(path, timeout=self.wait, preserve_lock_file=self.keep_file,
                                  fallback_to_soft=False, on_acquired=acquired)
         try:
             lock.acquire()

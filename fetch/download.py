@@ -11,12 +11,12 @@ How each file is handled:
 - **Idempotent.** A file already in place is skipped once verified: against its pins (size,
   md5, sha256), or, with none, against what the server declares (its size, and the digest some
   servers send: Google Cloud Storage's `x-goog-hash` md5, the Hugging Face Hub's
-  `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in
-  `<folder>/.proactivebench-fetch/state.json` (size, modification time, digests), so a later run
-  trusts a file whose size and modification time are unchanged without reading it again
-  (`rehash=True` reads everything again). A file that fails its pins is fetched again. The
-  size a server announces for a file nothing pins is remembered there too, as soon as its
-  download starts, so that `fetch --dry_run` knows it offline (`recorded_size`).
+  `X-Linked-Etag`, the sha256 of an LFS file). What was verified is remembered in the folder's
+  bookkeeping (`fetch/folder_state.py`), so a later run trusts a file whose size and
+  modification time are unchanged without reading it again (`rehash=True` reads everything
+  again). A file that fails its pins is fetched again. The size a server announces for a file
+  nothing pins is remembered there too, as soon as its download starts, so that
+  `fetch --dry_run` knows it offline.
 - **Resumable.** Bytes go to `<folder>/.proactivebench-fetch/partial/<path>.part`; a dropped
   connection keeps them, and the next attempt (a retry in this run, or the next run) asks for
   the rest with an HTTP `Range` request. A server that ignores the range (200) restarts the
@@ -28,9 +28,14 @@ How each file is handled:
 - **Bounded.** Memory holds one 1 MiB block per running download; `Accept-Encoding: identity`
   and reading the raw stream keep a server's transfer compression from altering the bytes (a
   server that compresses anyway gets its bytes checked by the pins, and nothing unpinned is
-  kept from it). Time is bounded too: a request that receives less than `min_speed` bytes a
-  second over any `timeout` seconds (headers included: a server trickling forever) has its
-  connection cut, and is retried from where it stopped like a dropped one.
+  kept from it). Time is bounded too: connecting and every read by urllib3's timeouts
+  (`timeout`), a body that receives less than `min_speed` bytes a second over any `timeout`
+  seconds by a check between its reads, and the headers by a deadline of `timeout` seconds (a
+  server trickling them forever defeats a per-read timeout); a cut request is retried from
+  where it stopped like a dropped one.
+- **Retried.** urllib3's `Retry` retries a connection error, a timeout and an HTTP 429/5xx
+  with exponential backoff (`retry_wait`) and the server's `Retry-After`; a body cut short
+  resumes on the same count, so `retries` bounds every kind of retry of one file together.
 - **Honest.** A reply that cannot be the file is refused and never kept: an HTML page where a
   data file is asked for, a body with no length at all (neither Content-Length nor chunked
   encoding, so a cut connection looks like the end) that nothing pins, a redirect from https
@@ -55,9 +60,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import socket
@@ -71,15 +76,13 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
+from urllib3.util import Retry
 
-from proactivebench_builder.fetch import extract as extraction
-from proactivebench_builder.core import fileio
 from proactivebench_builder.core.phases import human_size
+from proactivebench_builder.fetch import extract as extraction
+from proactivebench_builder.fetch.folder_state import (
+    STATE_DIR, FolderState, destination_paths, file_kind, matches_pins, verified_before)
 
-STATE_DIR = ".proactivebench-fetch"  # fetch's bookkeeping inside each source folder
-STATE_FILE = "state.json"
-STATE_LIMIT = 64 << 20  # fetch's own record; anything larger is not one (it is ignored)
-PARTIAL_DIR = "partial"
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 256 << 30  # the cap for a file whose size nobody announces
 MIN_SPEED = 1024  # bytes a second, over any `timeout` seconds, below which a request is cut
@@ -94,8 +97,13 @@ class FetchError(Exception):
     """One file could not be fetched; the message is one line."""
 
 
-class _Transient(FetchError):
-    """A failure worth retrying (connection lost, timeout, too slow, HTTP 5xx/429)."""
+class _Dropped(FetchError):
+    """The body stopped coming (connection lost or closed, too slow): resumed by a retry.
+    `retry` is urllib3's Retry as the request left it (the file's retries so far)."""
+
+    def __init__(self, message: str, retry: Retry):
+        super().__init__(message)
+        self.retry = retry
 
 
 class _Interrupted(FetchError):
@@ -157,61 +165,6 @@ def mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + "/" + tail
 
 
-def destination_paths(folder: str, spec: FileSpec) -> tuple[str, str]:
-    """(the file's final path, its partial download's path) inside `folder`."""
-    dest = os.path.join(folder, *spec.path.split("/"))
-    part = os.path.join(folder, STATE_DIR, PARTIAL_DIR, *spec.path.split("/")) + ".part"
-    return dest, part
-
-
-def matches_pins(spec: FileSpec, record: dict) -> bool:
-    """Whether a record of fetch's is of the file `spec` names: its pins agree, and, when
-    no digest is pinned, its URL is the one fetched (a record-only file's identity: a
-    manifest naming another commit's archive names another file)."""
-    if not (spec.md5 or spec.sha256) and record.get("url") != spec.url:
-        return False
-    return all(record.get(k) == getattr(spec, k) for k in ("size", "md5", "sha256")
-               if getattr(spec, k) is not None)
-
-
-def verified_before(spec: FileSpec, record: dict | None, st: os.stat_result) -> bool:
-    """Whether fetch's record says it verified the file in place (`st`): the same size and
-    modification time, and pins that agree (an md5 pin needs a recorded md5)."""
-    return bool(record and record.get("size") == st.st_size
-                and record.get("mtime_ns") == st.st_mtime_ns and matches_pins(spec, record)
-                and (spec.md5 is None or record.get("md5")))
-
-
-def fetch_record(folder: str) -> dict:
-    """What fetch recorded in `folder` (`state.json`): "files" it verified, "extracted"
-    archives, and the "sizes" servers announced; each path -> a dict. Read only; empty
-    when there is no usable record."""
-    return _FolderState(folder).data
-
-
-def recorded_size(record: dict, spec: FileSpec) -> int | None:
-    """The size of `spec`'s file that fetch recorded (`fetch_record`): of the file it
-    verified, of the archive it extracted, or the one the server announced for a download
-    it started; None when it recorded none for this file (for a file nothing pins, a record
-    of another URL is of another file)."""
-    for kind in ("files", "extracted", "sizes"):
-        entry = record.get(kind, {}).get(spec.path)
-        if not isinstance(entry, dict) or type(entry.get("size")) is not int \
-                or entry["size"] < 0:
-            continue
-        # an announced size is of the URL; a verified file's record is checked as a skip is
-        if (entry.get("url") == spec.url) if kind == "sizes" else matches_pins(spec, entry):
-            return entry["size"]
-    return None
-
-
-def remember_size(state: _FolderState, spec: FileSpec, size: int) -> None:
-    """Record the size a server announced for a file nothing pins (written once per change)."""
-    entry = {"size": size, "url": spec.url}
-    if state.get("sizes", spec.path) != entry:
-        state.put("sizes", spec.path, entry)
-
-
 def header_number(value: str | None) -> int | None:
     """A byte count of a header (Content-Length), or None when it is not plain ASCII digits
     ('²' is a digit to str.isdigit() but not to int(); 5000 digits exceed int()'s limit)."""
@@ -241,52 +194,6 @@ def downgrade(responses) -> str | None:
         elif secure:
             return response.url
     return None
-
-
-class _FolderState:
-    """`<folder>/.proactivebench-fetch/state.json`: what this tool verified, per relative path.
-    Shared by the threads fetching into one folder; written atomically after every change. An
-    unreadable state (not JSON, too deep, not a regular file, too large) is ignored: every file
-    is then verified from its bytes, which is the safe direction."""
-
-    def __init__(self, folder: str):
-        self.path = os.path.join(folder, STATE_DIR, STATE_FILE)
-        self.lock = threading.Lock()
-        self.data = {"files": {}, "extracted": {}, "sizes": {}}
-        try:
-            loaded = json.loads(fileio.read_bytes(self.path, limit=STATE_LIMIT))
-            if isinstance(loaded, dict):
-                for key in self.data:
-                    if isinstance(loaded.get(key), dict):
-                        self.data[key] = loaded[key]
-        except (OSError, ValueError, RecursionError):
-            pass  # no state (or an unreadable one): every file is verified from its bytes
-
-    def get(self, kind: str, path: str) -> dict | None:
-        with self.lock:
-            value = self.data[kind].get(path)
-            return dict(value) if isinstance(value, dict) else None
-
-    def put(self, kind: str, path: str, value: dict | None) -> None:
-        with self.lock:
-            if value is None:
-                self.data[kind].pop(path, None)
-            else:
-                self.data[kind][path] = value
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.tmp-{os.getpid()}-{threading.get_ident()}"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(self.data, handle, indent=1, sort_keys=True)
-                    handle.write("\n")
-                os.replace(tmp, self.path)
-            except BaseException:  # a full disk, Ctrl-C: no temporary file is left
-                try:
-                    os.remove(tmp)
-                except OSError:
-                    pass
-                raise
 
 
 def declared_digests(responses) -> dict:
@@ -328,16 +235,6 @@ def _hash_file(path: str, want_md5: bool, stopping: threading.Event | None = Non
     return _Digests(size, sha.hexdigest(), md5.hexdigest() if md5 else None)
 
 
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words."""
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    for test, name in fileio._KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _open_regular(path: str, flags: int, mode: int = 0o644):
     """A file object of the regular file `path`, opened without following a link or blocking
     (a FIFO would wait for a peer forever); FetchError naming what it is otherwise."""
@@ -375,85 +272,104 @@ def _mismatch(spec: FileSpec, digests: _Digests, declared: dict | None = None) -
     return None
 
 
-# ---- cutting a request that is too slow or stopped ---------------------------------------------
+# ---- what urllib3's timeouts and Retry do not bound ---------------------------------------------
 
-_current = threading.local()  # the _Guard of the request this thread is making
+TRANSIENT_STATUSES = frozenset({429, *range(500, 1000)})  # retried (Retry-After honoured)
+_current = threading.local()  # the _Request this thread is making, for its connection
 
 
-class _Guard:
-    """One request's progress, watched by its Downloader's monitor thread. A request that
-    receives less than `min_speed` bytes a second over a window of `timeout` seconds (headers
-    included), or that is stopped, has its socket shut down: whatever read it is blocked in
-    (a header line trickling in, a body block) ends at once, and `reason` says why."""
+class _Stopped(Exception):
+    """A wait between retries ended by `Downloader.stop`."""
 
-    def __init__(self, timeout: float, min_speed: int):
+
+class _Retry(Retry):
+    """urllib3's Retry, whose waits end at once when the downloads are stopped and never last
+    longer than its backoff_max, whatever a server's Retry-After says."""
+
+    stopping: threading.Event | None = None
+
+    def new(self, **kwargs):
+        retry = super().new(**kwargs)
+        retry.stopping = self.stopping
+        return retry
+
+    def sleep(self, response=None) -> None:
+        wait = None
+        if response is not None and self.respect_retry_after_header:
+            try:
+                wait = self.get_retry_after(response)
+            except urllib3.exceptions.InvalidHeader:
+                wait = None  # a Retry-After that is no time: the usual backoff
+        if wait is None:
+            wait = self.get_backoff_time()
+        if self.stopping is not None and self.stopping.wait(min(wait, self.backoff_max)):
+            raise _Stopped()
+
+
+class _Request:
+    """One request's socket, shut down (whatever read it is blocked in ends at once) by
+    `Downloader.stop`, or when the response's headers take longer than `timeout`: urllib3's
+    read timeout bounds each read, so a server sending one header byte a second would hold a
+    request forever (test_headers_trickling_forever_are_cut_too). A body is checked by
+    `_receive` between its reads."""
+
+    def __init__(self, timeout: float):
         self.timeout = timeout
-        self.min_speed = min_speed
         self.lock = threading.Lock()
         self.sock = None
-        self.window_start = time.monotonic()
-        self.window_bytes = 0
-        self.reason: str | None = None  # "slow" or "stopped" once tripped
+        self.reason: str | None = None  # "slow" or "stopped" once cut
 
     def attach(self, sock) -> None:
         with self.lock:
             self.sock = sock
-            tripped = self.reason is not None
-        if tripped:
-            self._shutdown()
-
-    def count(self, n: int) -> None:
-        with self.lock:
-            self.window_bytes += n
-
-    def check(self, now: float) -> None:
-        with self.lock:
-            elapsed = now - self.window_start
-            if elapsed < self.timeout or self.reason is not None:
+            if self.reason != "stopped":
+                self.reason = None  # urllib3's next attempt: not cut yet
                 return
-            if self.window_bytes >= self.min_speed * elapsed:
-                self.window_start, self.window_bytes = now, 0
-                return
-        self.trip("slow")
+        self._shutdown()
 
-    def trip(self, reason: str) -> None:
+    def cut(self, reason: str) -> None:
         with self.lock:
-            if self.reason is None:
+            if self.reason != "stopped":
                 self.reason = reason
         self._shutdown()
 
     def _shutdown(self) -> None:
         sock = self.sock
-        if sock is None:
-            return
         try:
-            sock.shutdown(socket.SHUT_RDWR)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
         except (OSError, ValueError):
             pass  # already closed
 
-    def failure(self, path: str, got: int) -> FetchError:
-        if self.reason == "stopped":
-            return _Interrupted(f"{path}: interrupted after {got} bytes (kept, to resume)")
-        return _Transient(f"{path}: slower than {self.min_speed} bytes a second for "
-                          f"{self.timeout:g} s, after {got} bytes")
 
+class _BoundedHeaders:
+    """A connection that tells the current _Request its socket, and cuts it when the headers
+    have not all come within the request's timeout."""
 
-def _attach_socket(connection) -> None:
-    guard = getattr(_current, "guard", None)
-    if guard is not None and getattr(connection, "sock", None) is not None:
-        guard.attach(connection.sock)
-
-
-class _HTTPConnection(urllib3.connection.HTTPConnection):
-    def getresponse(self, *args, **kwargs):  # the socket is known before the headers are read
-        _attach_socket(self)
-        return super().getresponse(*args, **kwargs)
-
-
-class _HTTPSConnection(urllib3.connection.HTTPSConnection):
     def getresponse(self, *args, **kwargs):
-        _attach_socket(self)
-        return super().getresponse(*args, **kwargs)
+        request = getattr(_current, "request", None)
+        if request is None or getattr(self, "sock", None) is None:
+            return super().getresponse(*args, **kwargs)
+        request.attach(self.sock)
+        deadline = threading.Timer(request.timeout, request.cut, ("slow",))
+        deadline.daemon = True
+        deadline.start()
+        try:
+            response = super().getresponse(*args, **kwargs)
+        finally:
+            deadline.cancel()
+        if request.reason is not None:  # what came before the cut is no answer (urllib3
+            response.close()            # retries it as a read error)
+            raise urllib3.exceptions.ProtocolError(f"cut: {request.reason}")
+        return response
+
+
+class _HTTPConnection(_BoundedHeaders, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_BoundedHeaders, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _HTTPPool(urllib3.HTTPConnectionPool):
@@ -467,9 +383,9 @@ class _HTTPSPool(urllib3.HTTPSConnectionPool):
 _POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
 
 
-class _GuardedAdapter(HTTPAdapter):
-    """requests' adapter with connections that tell the current request's _Guard their
-    socket (SOCKS proxies keep their own connections, and only the silence timeout)."""
+class _Adapter(HTTPAdapter):
+    """requests' adapter on connections that bound their headers (SOCKS proxies keep their own
+    connections, and only the library's timeouts)."""
 
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
@@ -488,8 +404,7 @@ class Downloader:
     def __init__(self, *, mirror: str | None = None, retries: int = 3, retry_wait: float = 2.0,
                  timeout: float = 60.0, min_speed: int = MIN_SPEED, rehash: bool = False,
                  remove_archives: bool = False, reserved: tuple[str, ...] = (STATE_DIR,),
-                 on_bytes=None, on_total=None, on_done=None, on_phase=None,
-                 session_factory=None):
+                 on_bytes=None, on_total=None, on_done=None, on_phase=None):
         self.mirror = mirror
         self.retries = retries
         self.retry_wait = retry_wait
@@ -504,33 +419,43 @@ class Downloader:
         # (folder, path, what): a long step of a file starts that receives nothing (reading a
         # copy in place to verify it, extracting an archive)
         self.on_phase = on_phase or (lambda folder, path, what: None)
-        self._session_factory = session_factory or requests.Session
         self._local = threading.local()
-        self._states: dict[str, _FolderState] = {}
+        self._states: dict[str, FolderState] = {}
         self._states_lock = threading.Lock()
         self._planned: dict[str, set[str]] = {}  # folder -> the paths fetched into it
-        self._guards: set[_Guard] = set()
-        self._guards_lock = threading.Lock()
-        self._monitor: threading.Thread | None = None
+        self._requests: set[_Request] = set()  # the requests running, for stop()
+        self._requests_lock = threading.Lock()
         self.stopping = threading.Event()
 
     # ---- plumbing ------------------------------------------------------------------------
 
-    def session(self) -> requests.Session:
-        """One session per thread (a requests.Session is not shared across threads)."""
+    def retry(self) -> _Retry:
+        """A file's retries, urllib3's: after a connection error, a timeout or an HTTP 429/5xx
+        (its Retry-After honoured), with exponential backoff; a body cut short counts as one
+        too (`_fetch` resumes it with a Range request)."""
+        retry = _Retry(total=self.retries, backoff_factor=self.retry_wait,
+                       status_forcelist=TRANSIENT_STATUSES, raise_on_status=False)
+        retry.stopping = self.stopping
+        return retry
+
+    def session(self, retry: Retry) -> requests.Session:
+        """This thread's session (a requests.Session is not shared across threads), its next
+        request retried as `retry` says."""
         session = getattr(self._local, "session", None)
         if session is None:
-            session = self._session_factory()
+            session = requests.Session()
             session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
-            for prefix in ("http://", "https://"):
-                session.mount(prefix, _GuardedAdapter())
-            self._local.session = session
+            adapter = _Adapter()
+            for prefix in ("http://", "https://"):  # one adapter: a redirect keeps its retries
+                session.mount(prefix, adapter)
+            self._local.session, self._local.adapter = session, adapter
+        self._local.adapter.max_retries = retry  # requests takes retries per adapter only
         return session
 
-    def state(self, folder: str) -> _FolderState:
+    def state(self, folder: str) -> FolderState:
         with self._states_lock:
             if folder not in self._states:
-                self._states[folder] = _FolderState(folder)
+                self._states[folder] = FolderState(folder)
             return self._states[folder]
 
     def url(self, spec: FileSpec) -> str:
@@ -538,54 +463,36 @@ class Downloader:
 
     def stop(self) -> None:
         """Stop every download now: running requests are cut (their partial files kept),
-        extractions stop at their next block, queued files never start."""
+        waits between retries end, extractions stop at their next block, queued files never
+        start."""
         self.stopping.set()
-        with self._guards_lock:
-            guards = list(self._guards)
-        for guard in guards:
-            guard.trip("stopped")
+        with self._requests_lock:
+            running = list(self._requests)
+        for request in running:
+            request.cut("stopped")
 
-    def _guarded(self):
-        """A context for one request: its _Guard is watched until the block ends."""
-        downloader = self
+    @contextlib.contextmanager
+    def _watched(self):
+        """The _Request of the block's requests, which stop() and the headers' deadline cut."""
+        request = _Request(self.timeout)
+        with self._requests_lock:
+            self._requests.add(request)
+        if self.stopping.is_set():
+            request.cut("stopped")
+        _current.request = request
+        try:
+            yield request
+        finally:
+            _current.request = None
+            with self._requests_lock:
+                self._requests.discard(request)
 
-        class _Context:
-            def __enter__(self):
-                guard = _Guard(downloader.timeout, downloader.min_speed)
-                with downloader._guards_lock:
-                    downloader._guards.add(guard)
-                    if downloader._monitor is None:
-                        downloader._monitor = threading.Thread(
-                            target=downloader._watch, name="fetch-monitor", daemon=True)
-                        downloader._monitor.start()
-                if downloader.stopping.is_set():
-                    guard.trip("stopped")
-                _current.guard = guard
-                self.guard = guard
-                return guard
-
-            def __exit__(self, *exc):
-                _current.guard = None
-                with downloader._guards_lock:
-                    downloader._guards.discard(self.guard)
-                return False
-
-        return _Context()
-
-    def _watch(self) -> None:
-        """The monitor: checks every running request a few times a second; it ends when none
-        is left (the next request starts it again)."""
-        interval = max(0.05, min(0.5, self.timeout / 4))
-        while True:
-            time.sleep(interval)
-            now = time.monotonic()
-            with self._guards_lock:
-                guards = list(self._guards)
-                if not guards:
-                    self._monitor = None
-                    return
-            for guard in guards:
-                guard.check(now)
+    def _cut_short(self, spec: FileSpec, request: _Request, got: int, retry: Retry):
+        """The failure of a request cut by stop() or for its slowness, after `got` bytes."""
+        if request.reason == "stopped":
+            return _Interrupted(f"{spec.path}: interrupted after {got} bytes (kept, to resume)")
+        return _Dropped(f"{spec.path}: slower than {self.min_speed} bytes a second for "
+                        f"{self.timeout:g} s, after {got} bytes", retry)
 
     # ---- the public entry points ---------------------------------------------------------
 
@@ -685,12 +592,12 @@ class Downloader:
                 outcome.message = "verified"
                 return
             outcome.message = verdict
-        attempts = 1 + max(0, self.retries)
-        failed = 0
+        retry = self.retry()
         restarted = False
         while True:
             try:
-                digests, outcome.resumed_from, received = self._download(spec, part, state)
+                digests, outcome.resumed_from, received = self._download(spec, part, state,
+                                                                         retry)
                 outcome.bytes += received
             except _Restart:  # not an attempt of its own: the same request from zero
                 self._remove(part)
@@ -699,12 +606,8 @@ class Downloader:
                                      f"download and restarting did not help") from None
                 restarted = True
                 continue
-            except _Transient as err:
-                failed += 1
-                if failed >= attempts:
-                    raise FetchError(f"{err} (run fetch again to resume)") from None
-                if self.stopping.wait(self.retry_wait * (2 ** (failed - 1))):
-                    raise _Interrupted(f"{spec.path}: stopped before retrying") from None
+            except _Dropped as dropped:
+                retry = self._retry_after(spec, dropped)
                 continue
             problem = _mismatch(spec, digests, digests.declared)
             if problem:
@@ -720,7 +623,21 @@ class Downloader:
             outcome.status = "fetched"
             return
 
-    def _remember(self, state: _FolderState, spec: FileSpec, dest: str, digests: _Digests):
+    def _retry_after(self, spec: FileSpec, dropped: _Dropped) -> Retry:
+        """The Retry of the attempt resuming a body cut short, once urllib3's backoff has
+        waited; FetchError when the file's retries are spent."""
+        try:
+            retry = dropped.retry.increment(
+                "GET", self.url(spec), error=urllib3.exceptions.ProtocolError(str(dropped)))
+        except (urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError):
+            raise FetchError(f"{dropped} (run fetch again to resume)") from None
+        try:
+            retry.sleep()
+        except _Stopped:
+            raise _Interrupted(f"{spec.path}: stopped before retrying") from None
+        return retry
+
+    def _remember(self, state: FolderState, spec: FileSpec, dest: str, digests: _Digests):
         st = os.stat(dest, follow_symlinks=False)
         state.put("files", spec.path, {
             "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digests.sha256,
@@ -771,11 +688,11 @@ class Downloader:
     def _probe(self, spec: FileSpec) -> tuple[dict, int | None]:
         """What the server says of the whole file without sending it: (declared digests,
         size), from a HEAD request; ({}, None) when it says nothing usable."""
-        with self._guarded():
+        with self._watched():
             try:
-                response = self.session().head(self.url(spec), allow_redirects=True,
-                                               timeout=self.timeout)
-            except (requests.RequestException, ValueError):  # ValueError: see _download
+                response = self.session(self.retry()).head(
+                    self.url(spec), allow_redirects=True, timeout=self.timeout)
+            except (requests.RequestException, ValueError, _Stopped):  # ValueError: _download
                 response = None
         if self.stopping.is_set():
             raise _Interrupted(f"{spec.path}: stopped while asking the server")
@@ -807,8 +724,8 @@ class Downloader:
         except FileNotFoundError:
             pass
 
-    def _download(self, spec: FileSpec, part: str,
-                  state: _FolderState) -> tuple[_Digests, int, int]:
+    def _download(self, spec: FileSpec, part: str, state: FolderState,
+                  retry: Retry) -> tuple[_Digests, int, int]:
         """Fetch the rest of `part` (all of it when absent); returns (digests of the whole
         file, the offset resumed from, bytes received)."""
         self._make_folder(os.path.dirname(part), spec)
@@ -824,10 +741,12 @@ class Downloader:
                 offset = 0
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         url = self.url(spec)
-        with self._guarded() as guard:
+        with self._watched() as request:
             try:
-                response = self.session().get(url, headers=headers, stream=True,
-                                              timeout=self.timeout, allow_redirects=True)
+                response = self.session(retry).get(url, headers=headers, stream=True,
+                                                   timeout=self.timeout, allow_redirects=True)
+            except _Stopped:
+                raise _Interrupted(f"{spec.path}: stopped before retrying") from None
             except requests.TooManyRedirects:
                 raise FetchError(f"{spec.path}: too many redirects (more than 30; {url})") \
                     from None
@@ -835,23 +754,27 @@ class Downloader:
                     requests.exceptions.MissingSchema) as err:
                 raise FetchError(f"{spec.path}: redirected to a URL that is not http(s) "
                                  f"({_short(err)}; {url})") from None
-            except requests.Timeout:
-                if guard.reason:
-                    raise guard.failure(spec.path, offset) from None
-                raise _Transient(f"{spec.path}: timed out after {self.timeout:g} s ({url})") \
-                    from None
-            except requests.RequestException as err:
-                if guard.reason:
-                    raise guard.failure(spec.path, offset) from None
-                raise _Transient(f"{spec.path}: cannot connect ({_short(err)}; {url})") \
-                    from None
+            except requests.RequestException as err:  # urllib3 retried it as far as allowed
+                raise self._unanswered(spec, err, request, offset, url) from None
             except ValueError as err:  # requests decodes a Location header as UTF-8, strictly
                 raise FetchError(f"{spec.path}: the server's answer cannot be followed "
                                  f"({type(err).__name__}: {_short(err)}; {url})") from None
             with response:
-                return self._answer(spec, part, response, offset, url, guard, state)
+                return self._answer(spec, part, response, offset, url, request, state, retry)
 
-    def _answer(self, spec, part, response, offset, url, guard, state):
+    def _unanswered(self, spec, err, request, offset, url) -> FetchError:
+        """The one-line failure of a request that got no answer, its retries spent."""
+        again = " (run fetch again to resume)"
+        if request.reason:
+            failure = self._cut_short(spec, request, offset, None)
+            return failure if isinstance(failure, _Interrupted) else FetchError(
+                f"{failure}{again}")
+        if _caused_by(err, urllib3.exceptions.TimeoutError) and \
+                not _caused_by(err, urllib3.exceptions.NewConnectionError):
+            return FetchError(f"{spec.path}: timed out after {self.timeout:g} s ({url}){again}")
+        return FetchError(f"{spec.path}: cannot connect ({_short(err)}; {url}){again}")
+
+    def _answer(self, spec, part, response, offset, url, request, state, retry):
         """Judge the response's status and headers, then receive its body."""
         chain = [*response.history, response]
         declared = declared_digests(chain)
@@ -874,8 +797,9 @@ class Downloader:
                 raise _Restart()
         elif status == 200:
             offset, total = 0, header_number(response.headers.get("Content-Length"))
-        elif status in (429,) or status >= 500:
-            raise _Transient(f"{spec.path}: HTTP {status} {response.reason} ({url})")
+        elif status in TRANSIENT_STATUSES:  # urllib3 retried it as far as allowed
+            raise FetchError(f"{spec.path}: HTTP {status} {response.reason} ({url}) (run fetch "
+                             f"again to resume)")
         else:
             raise FetchError(f"{spec.path}: HTTP {status} {response.reason} ({url})")
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -895,7 +819,7 @@ class Downloader:
                              f"{spec.size}{note} ({url})")
         expected = spec.size if spec.size is not None else total
         if spec.size is None and total is not None:
-            remember_size(state, spec, total)
+            state.remember_size(spec, total)
         if expected is None and not getattr(response.raw, "chunked", False) and \
                 not (spec.md5 or spec.sha256 or declared):
             raise FetchError(f"{spec.path}: the server sent no length (neither Content-Length "
@@ -903,12 +827,13 @@ class Downloader:
                              f"connection cannot be told from its end ({url}); not kept")
         if expected is not None:
             self.on_total(expected - offset)  # the progress bar's total grows per download
+        retry = getattr(response.raw, "retries", None) or retry  # as urllib3 left it
         digests, offset, received = self._receive(spec, part, response, offset, expected,
-                                                  declared, url, guard)
+                                                  declared, url, request, retry)
         digests.note = note
         return digests, offset, received
 
-    def _receive(self, spec, part, response, offset, expected, declared, url, guard):
+    def _receive(self, spec, part, response, offset, expected, declared, url, request, retry):
         want_md5 = bool(spec.md5 or "md5" in declared)
         sha, md5 = hashlib.sha256(), hashlib.md5() if want_md5 else None
         if offset:  # the kept prefix is read once, so the digests cover the whole file
@@ -922,15 +847,16 @@ class Downloader:
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if offset else os.O_TRUNC)
         oversent = False
         read = getattr(response.raw, "read1", None) or response.raw.read  # urllib3 < 2.1
+        # the speed floor: urllib3's read timeout bounds a silence, not a trickle
+        window_start, window_bytes = time.monotonic(), 0
         try:
             with _open_regular(part, flags) as out:
-                while True:
+                while not request.reason:
                     # read1: what the socket has (at most CHUNK), so progress is counted as it
                     # comes and a cut connection ends the read at once
                     block = read(CHUNK, decode_content=False)
                     if not block:
                         break
-                    guard.count(len(block))
                     if offset + received + len(block) > cap:
                         oversent = True
                         raise FetchError(f"{spec.path}: the server sent more than "
@@ -941,20 +867,24 @@ class Downloader:
                         md5.update(block)
                     received += len(block)
                     self.on_bytes(len(block))
-                    if guard.reason:
-                        break
+                    window_bytes += len(block)
+                    elapsed = time.monotonic() - window_start
+                    if elapsed >= self.timeout:
+                        if window_bytes < self.min_speed * elapsed:
+                            request.cut("slow")
+                        window_start, window_bytes = time.monotonic(), 0
         except (requests.RequestException, urllib3.exceptions.HTTPError) as err:
             if expected is not None:  # what will not come in this attempt leaves the total
                 self.on_total(-(expected - offset - received))
             got = offset + received
-            if guard.reason:
-                raise guard.failure(spec.path, got) from None
+            if request.reason:
+                raise self._cut_short(spec, request, got, retry) from None
             of = f" of {expected}" if expected is not None else ""
             reason = _short(err)
             why = "" if reason.startswith(("IncompleteRead", "Connection broken")) \
                 else f" ({reason})"  # a cut stream: the byte counts say it all
-            raise _Transient(f"{spec.path}: connection lost after {got}{of} bytes{why}") \
-                from None
+            raise _Dropped(f"{spec.path}: connection lost after {got}{of} bytes{why}",
+                           retry) from None
         except OSError as err:  # writing the partial file: a full disk
             raise FetchError(f"{spec.path}: {err.strerror or err} (errno {err.errno}) writing "
                              f"{part}; the {offset + received} bytes received are kept to "
@@ -963,13 +893,14 @@ class Downloader:
             if oversent:
                 self._remove(part)
         size = offset + received
-        if guard.reason:  # cut by the monitor at a block boundary (or a close-delimited body)
+        if request.reason:  # cut at a block boundary (or a close-delimited body)
             if expected is not None:
                 self.on_total(-(expected - size))
-            raise guard.failure(spec.path, size)
+            raise self._cut_short(spec, request, size, retry)
         if expected is not None and size < expected:
             self.on_total(-(expected - size))
-            raise _Transient(f"{spec.path}: connection closed after {size} of {expected} bytes")
+            raise _Dropped(f"{spec.path}: connection closed after {size} of {expected} bytes",
+                           retry)
         return _Digests(size, sha.hexdigest(), md5.hexdigest() if md5 else None,
                         declared), offset, received
 
@@ -1022,6 +953,18 @@ class Downloader:
             os.remove(dest)
             state.put("extracted", spec.path, {**done, "archive_removed": True})
             state.put("files", spec.path, None)
+
+
+def _caused_by(err: BaseException, kind: type) -> bool:
+    """Whether `err`, or an error it wraps, is a `kind`."""
+    seen = set()
+    while isinstance(err, BaseException) and id(err) not in seen:
+        if isinstance(err, kind):
+            return True
+        seen.add(id(err))
+        err = (getattr(err, "reason", None) or (err.args[0] if err.args else None)
+               or err.__context__ or err.__cause__)
+    return False
 
 
 def _short(err: BaseException) -> str:

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 
 from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.fetch.download import (
-    MD5_PATTERN, SHA256_PATTERN, STATE_DIR, ExtractSpec, FileSpec)
+    MD5_PATTERN, SHA256_PATTERN, ExtractSpec, FileSpec)
+from proactivebench_builder.fetch.folder_state import STATE_DIR
 from proactivebench_builder.fetch.source_lock import LOCK_NAME
 
 SOURCES_ROOT_PLACEHOLDER = "<sources_root>"

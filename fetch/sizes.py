@@ -5,9 +5,9 @@ A file's size is known, in this order, from:
 
 1. the manifest's pin (`size` in its `downloads:` section);
 2. fetch's record in the source folder (`.proactivebench-fetch/state.json`,
-   `fetch.download.recorded_size`): the size of a file it verified, of an archive it extracted
-   (and removed), or the size the server announced when a download started (a partial one
-   too);
+   `fetch.folder_state.recorded_size`): the size of a file it verified, of an archive it
+   extracted (and removed), or the size the server announced when a download started (a
+   partial one too);
 3. the manifest's approximate size (`approx_size`, never a pin);
 4. the file in place, which fetch has not recorded (copied there by hand).
 
@@ -20,7 +20,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from proactivebench_builder.fetch.download import (
+from proactivebench_builder.fetch.folder_state import (
     destination_paths, matches_pins, recorded_size, verified_before)
 from proactivebench_builder.core.phases import human_size
 
@@ -45,7 +45,7 @@ def lstat_or_none(path: str) -> os.stat_result | None:
 
 def known_file(planned, folder: str, record: dict) -> KnownFile:
     """Where `planned` (a fetch_plan.PlannedFile) stands in `folder`, whose fetch record is
-    `record` (`fetch.download.fetch_record`), and what tells its size."""
+    `record` (`fetch.folder_state.fetch_record`), and what tells its size."""
     spec = planned.spec
     dest, part = destination_paths(folder, spec)
     here, partial = lstat_or_none(dest), lstat_or_none(part)

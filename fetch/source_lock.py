@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import fsspec
 
 from proactivebench_builder.core import fileio
-from proactivebench_builder.fetch.download import STATE_DIR, file_kind
+from proactivebench_builder.fetch.folder_state import STATE_DIR, file_kind
 
 LOCK_NAME = ".proactivebench-lock.jsonl"
 FORMAT = "proactivebench-source-lock"

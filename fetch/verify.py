@@ -21,7 +21,7 @@ Choices:
   digits) is reported as a manifest problem, so a typo in a manifest cannot pass silently.
 - Hashing streams the file in 1 MiB blocks, so a 2 GB archive costs no memory.
 
-Two more checks come from `run_pipeline.py fetch`'s work (issue 21):
+Two more checks come from `run_pipeline.py fetch`'s work:
 - the sizes the manifest's `downloads:` section publishes are checked for the files present
   (an archive removed after its extraction is not a problem);
 - a lock file (`fetch/source_lock.py`: `<source root>/.proactivebench-lock.jsonl`, the relative
@@ -41,7 +41,7 @@ import stat
 
 from proactivebench_builder.core import fileio, phases
 from proactivebench_builder.fetch import source_lock
-from proactivebench_builder.fetch.download import file_kind
+from proactivebench_builder.fetch.folder_state import file_kind
 from proactivebench_builder.fetch.plan import PlanError, pins_by_path
 from proactivebench_builder.transforms import manifest_of
 

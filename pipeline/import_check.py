@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass, field
 
 from proactivebench_builder.core import contract, fileio
-from proactivebench_builder.core.errors import UsageError
+from proactivebench_builder.core.errors import ScenarioCodeError, UsageError
 from proactivebench_builder.core.layout import EXPORT_MARKER
 from proactivebench_builder.core.layout import upstream_jsonl_name as jsonl_name
 from proactivebench_builder.core.records import UPSTREAM_COMMON_FIELDS
@@ -36,6 +36,7 @@ from proactivebench_builder.pipeline.dataset_card import STAND_IN_WORDS
 from proactivebench_builder.pipeline.import_upstream import (
     MAX_LINE_BYTES, BadRecord, check_record, decode_record, frame_paths, record_row)
 from proactivebench_builder.transforms import behaviour_for_config, get_scenario
+from proactivebench_builder.transforms.base import code_failure
 
 LOG = logging.getLogger("proactivebench_builder")
 
@@ -118,7 +119,10 @@ def record_problem(config: str, name: str, record: dict, required: tuple) -> str
         frame_paths(get_scenario(name).environment, row)  # a template leading out of the folder
     except BadRecord as err:
         return str(err)
-    except Exception as err:  # noqa: BLE001 - a record its scenario's hooks cannot use
+    except Exception as err:  # noqa: BLE001 - a record of the fields and types upstream reads
+        line = code_failure(err, get_scenario(name))  # that the scenario's own hooks raise on
+        if line is not None:
+            raise ScenarioCodeError(line) from err
         return f"its scenario cannot read it ({type(err).__name__}: {str(err)[:200]})"
     return contract.first_problem(row, behaviour_for_config(config))
 

@@ -11,22 +11,47 @@ import sys
 import tempfile
 
 from proactivebench_builder import transforms
-from proactivebench_builder.core.errors import ScenarioCodeError
+from proactivebench_builder.core.errors import OutputError, ScenarioCodeError
+from proactivebench_builder.core.locks import ExclusiveLock, Held, describe
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms.base import code_failure
 
 LOG = logging.getLogger(__name__)
 MARKER = ".miniature-complete"
+LOCK = ".miniature.lock"
+LOCK_WAIT_SECONDS = 600  # writing every miniature takes seconds; a holder this long is stuck
 
 
 def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -> str:
-    """Write (once) the miniature source of every given scenario under `root`/<source_subdir>."""
+    """Write (once) the miniature source of every given scenario under `root`/<source_subdir>.
+    Two builds started at once take turns (a lock in `root`): the second finds what the first
+    wrote current and leaves it, where it would have removed a folder the first reads."""
     os.makedirs(root, exist_ok=True)
-    for name, cls in sorted(scenario_classes.items()):
+    if not _stale(root, scenario_classes):  # nothing to write: no lock (a read-only root too)
+        return root
+    try:
+        with ExclusiveLock(os.path.join(root, LOCK), "the miniature sources' lock file",
+                           wait=LOCK_WAIT_SECONDS):
+            _write_stale(root, scenario_classes, seed)
+    except Held as held:
+        raise OutputError(f"{root}: the miniature sources are being written by "
+                          f"{describe(held.holder)} for over {LOCK_WAIT_SECONDS} s; end it, or "
+                          "give --sources_root another folder") from None
+    return root
+
+
+def _stale(root: str, scenario_classes: dict) -> list[str]:
+    """The scenarios whose miniature under `root` is missing or written by other code."""
+    return [name for name, cls in sorted(scenario_classes.items())
+            if _read(os.path.join(root, manifest_of(name)["source_subdir"], MARKER))
+            != generator_version(name, cls)]
+
+
+def _write_stale(root: str, scenario_classes: dict, seed: int) -> None:
+    for name in _stale(root, scenario_classes):  # again: another build may have written them
+        cls = scenario_classes[name]
         target = os.path.join(root, manifest_of(name)["source_subdir"])
         version = generator_version(name, cls)
-        if _read(os.path.join(target, MARKER)) == version:
-            continue
         LOG.info("writing the miniature %s source to %s", name, target)
         staging = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
         try:
@@ -45,7 +70,6 @@ def ensure_miniature_sources(root: str, scenario_classes: dict, seed: int = 0) -
             os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return root
 
 
 def generator_version(name: str, cls) -> str:

@@ -81,12 +81,14 @@ import zipfile
 
 from proactivebench_builder.core import buildfolder, fileio, phases
 from proactivebench_builder.core.cli import one_line
+from proactivebench_builder.core.locks import ExclusiveLock, Held, describe
 from proactivebench_builder.core.layout import (
     CARD, REPORTS_DIR, TEMPORARY_NAME, UPSTREAM_DIR, UPSTREAM_SUFFIX)
 
 DEFAULT_UPSTREAM_PREFIX = "test"  # the upstream release ships its export under `test/`
 TEMP_PREFIX = ".tmp-"
 MANIFEST = ".proactivebench-publish.json"  # in a folder target: what the last publish wrote
+TARGET_LOCK = ".proactivebench-publish.lock"  # in a local folder target, while a publish writes
 MANIFEST_MAX_BYTES = 64 * 2 ** 20
 CHUNK = 8 * 1024 * 1024
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest timestamp a zip can hold
@@ -116,6 +118,11 @@ def naming(err: OSError, path: str) -> OSError:
     if err.errno and not err.filename:
         return OSError(err.errno, err.strerror, path)
     return err
+
+
+class TargetHeld(PublishError):
+    """Another publish is writing into the same folder target."""
+    exit_code = 3  # as a build folder another build holds
 
 
 class StoreFailed(PublishError):
@@ -372,7 +379,7 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
     planned = []
-    with phases.phase(f"hashing the {len(chosen):,} files to publish", total=len(chosen),
+    with phases.phase("hashing the files to publish", total=len(chosen),
                       unit="files") as step:
         for p, kind in sorted(chosen.items()):
             planned.append(built_file(p, folder, p, kind))
@@ -706,6 +713,29 @@ class FsspecTarget:
     def how(self, plan: Plan) -> str:
         return "write every file under a temporary name, then rename (data first, card last)"
 
+    @contextlib.contextmanager
+    def exclusive(self, dry_run: bool):
+        """One publish at a time into a local folder: each takes what the other wrote under a
+        temporary name for a leftover and removes it. A lock file inside the folder, held from
+        before the folder is read to the end (TargetHeld, one line, when another publish holds
+        it). A dry run changes nothing and takes no lock; a remote store has no lock (its
+        objects are renamed into place whole, and a rerun converges)."""
+        if dry_run or not fileio.is_local(self.url):
+            yield
+            return
+        os.makedirs(self.root, exist_ok=True)
+        lock = ExclusiveLock(os.path.join(self.root, TARGET_LOCK), "the publish lock file")
+        try:
+            lock.__enter__()
+        except Held as held:
+            raise TargetHeld(f"{self.url} is being published into by another publish: "
+                             f"{describe(held.holder)}; wait for it to end, then run this "
+                             "publish again (it writes only what is missing)") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
     def prepare(self, dry_run: bool) -> list[str]:
         if self.fs.exists(self.root) and not self.fs.isdir(self.root):
             raise PublishError(f"{self.url} exists and is not a folder")
@@ -745,6 +775,8 @@ class FsspecTarget:
                     for full, info in sorted(self.fs.find(self.root, detail=True).items())]
         found = []
         for path in buildfolder.files_under(self.url):
+            if path == TARGET_LOCK:  # this publish's own lock, removed when it ends
+                continue
             info = os.lstat(os.path.join(fileio.local_path(self.url), *path.split("/")))
             found.append((path, info.st_size if stat.S_ISREG(info.st_mode) else -1))
         return found
@@ -880,30 +912,43 @@ def publish(folder: str, target, *, dry_run: bool = False, with_upstream: bool =
     validate_for_publishing(folder, check, upstream=with_upstream)
     try:
         notes = target.prepare(dry_run)  # token and repo first: fail before any heavy work
-        if staging_dir is not None:
-            os.makedirs(staging_dir, exist_ok=True)
-        # a folder of its own, inside the user's staging folder too, removed whatever happens
-        staging = tempfile.mkdtemp(prefix="proactivebench-publish-", dir=staging_dir)
-        try:
-            files = collect_files(folder, staging, with_upstream, upstream_prefix,
-                                  archive_max_bytes)
-            files = sorted(files + target.record(files, staging), key=lambda f: f.path)
-            message = commit_message or default_commit_message(folder)
-            remote = target.remote_files(files)
-            owned, owned_notes = target.owned(remote, with_upstream, upstream_prefix)
-            globs = card_globs(read_card_configs(folder))
-            plan = make_plan(target.describe(), files, remote, message, owned, globs,
-                             max_commit_bytes, max_commit_files)
-            plan.notes, plan.how = notes + owned_notes, target.how(plan)
-            if not dry_run and not plan.empty:
-                target.apply(plan, staging)
-            return plan
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with getattr(target, "exclusive", _no_lock)(dry_run):
+            return _publish(folder, target, notes, dry_run, with_upstream, upstream_prefix,
+                            commit_message, max_commit_bytes, max_commit_files,
+                            archive_max_bytes, staging_dir)
     except OSError as err:
         if not err.errno:
             raise
         raise PublishOutputError.of(err) from err
+
+
+@contextlib.contextmanager
+def _no_lock(dry_run: bool):
+    yield  # the Hub: a commit is atomic on the server's side
+
+
+def _publish(folder, target, notes, dry_run, with_upstream, upstream_prefix, commit_message,
+             max_commit_bytes, max_commit_files, archive_max_bytes, staging_dir) -> Plan:
+    if staging_dir is not None:
+        os.makedirs(staging_dir, exist_ok=True)
+    # a folder of its own, inside the user's staging folder too, removed whatever happens
+    staging = tempfile.mkdtemp(prefix="proactivebench-publish-", dir=staging_dir)
+    try:
+        files = collect_files(folder, staging, with_upstream, upstream_prefix,
+                              archive_max_bytes)
+        files = sorted(files + target.record(files, staging), key=lambda f: f.path)
+        message = commit_message or default_commit_message(folder)
+        remote = target.remote_files(files)
+        owned, owned_notes = target.owned(remote, with_upstream, upstream_prefix)
+        globs = card_globs(read_card_configs(folder))
+        plan = make_plan(target.describe(), files, remote, message, owned, globs,
+                         max_commit_bytes, max_commit_files)
+        plan.notes, plan.how = notes + owned_notes, target.how(plan)
+        if not dry_run and not plan.empty:
+            target.apply(plan, staging)
+        return plan
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def check_upstream_prefix(prefix: str) -> None:

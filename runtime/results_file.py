@@ -89,9 +89,26 @@ def one_writer(path: str, signature: dict):
         lock.release()
 
 
+def check_apart(path: str, data: str) -> None:
+    """The results file and its lock are not written inside the --data folder: a build folder
+    holds exactly what its build wrote (validate and publish would find a file it did not
+    write), and an upstream-layout folder is someone's release."""
+    if "://" in data or not os.path.isdir(data):
+        return  # a Hub id or a remote folder: nothing local to write into
+    root = os.path.realpath(data)
+    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if os.path.commonpath([root, where]) == root:
+        raise UsageError(f"--results {path} is inside --data {data}: the data folder holds only "
+                         "what its build (or release) wrote; give a --results file outside it")
+
+
 def check_usable(path: str) -> None:
-    """`path` is a regular file or absent (a FIFO, a device, a folder: one line), checked
-    before the run's lock is made beside it."""
+    """`path` is a local regular file or absent (a URL, a FIFO, a device, a folder: one line),
+    checked before the run's lock is made beside it."""
+    if "://" in path:  # a local path would be made of it: ./s3:/bucket/...
+        raise UsageError(f"--results {path}: a results file is a local file (it is appended to "
+                         "as samples finish and locked while a run writes it); give a local "
+                         "path, and copy it to the store once the run ends")
     try:
         fileio.open_local_regular(path).close()
     except FileNotFoundError:
@@ -100,8 +117,10 @@ def check_usable(path: str) -> None:
         raise UsageError(f"--results {path}: {reason(err)}") from None
 
 
-def read(path: str) -> ResultsFile:
-    """The lines of the results file at `path` (none when it does not exist yet)."""
+def read(path: str, keep=None) -> ResultsFile:
+    """The lines of the results file at `path` (none when it does not exist yet), every one
+    checked; only those `keep(line)` is true for are held (a file several models' runs share
+    costs the memory of this run's lines, not of the file)."""
     found = ResultsFile(path)
     try:
         handle = fileio.open_local_regular(path)
@@ -127,7 +146,7 @@ def read(path: str) -> ResultsFile:
                 break
             if last:
                 found.ends_without_newline = True
-            if value is not None:
+            if value is not None and (keep is None or keep(value)):
                 found.lines.append((number, value))
             offset += len(raw)
     return found

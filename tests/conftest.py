@@ -8,6 +8,9 @@ import copy
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 # The suite holds a scenario defined only under tests/ (tests/extra_scenario/: a module and its
 # manifest), made visible the documented way before anything loads the registry; worker
@@ -293,3 +296,41 @@ def s3_environment(port: int) -> dict:
     return dict(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
                 AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="1",
                 AWS_RETRY_MODE="standard")
+
+
+# A build in a child process, with a deadline (a hang is a failure, never a stuck suite), on
+# copies of some of the miniature sources (which a test may then damage).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_PIPELINE = os.path.join(REPO, "run_pipeline.py")
+DEADLINE_S = 600  # a hang, not slowness: a miniature build takes well under a minute
+
+
+def copy_sources(miniature_root: str, tmp_path, *folders: str) -> str:
+    """A sources root under `tmp_path` holding copies of the named miniature source folders."""
+    root = str(tmp_path / "sources")
+    for folder in folders:
+        shutil.copytree(os.path.join(miniature_root, folder), os.path.join(root, folder))
+    return root
+
+
+def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Build `scenarios` from `sources` into tmp_path/out in a child process (no train split,
+    bad inputs tolerated up to 90%); returns the finished process and the output folder."""
+    output = str(tmp_path / "out")
+    result = subprocess.run(
+        [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
+         "--max_bad_fraction=0.9", f"--scenarios={scenarios}", f"--sources_root={sources}",
+         f"--output={output}", *worker_flags(extra), *extra],
+        capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
+    return result, output
+
+
+def dead_letter_reasons(output: str) -> dict[str, str]:
+    return {d["path"]: d["reason"]
+            for d in read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))}
+
+
+def balanced(report: dict) -> bool:
+    """raw items = samples + dead letters + exclusions, per scenario (build.json's check)."""
+    return all(s["accounted"] and s["raw_items"] == s["samples"] + s["dead_letters"]
+               + sum(s.get("excluded", {}).values()) for s in report["scenarios"].values())

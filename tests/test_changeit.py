@@ -1,5 +1,6 @@
 """ChangeIt end to end on its miniature source (pre-extracted frames, mp4 and webm videos), the
-record semantics field by field, the real repository files, determinism, and bad raw items."""
+record semantics field by field, the real repository files, determinism, and bad raw items (a
+video that is a FIFO is a dead letter, never decoded)."""
 from __future__ import annotations
 
 import io
@@ -10,7 +11,9 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import build_report, file_bytes, file_text, read_jsonl, run, shard_files
+from conftest import (balanced, build, build_report, builds, copy_sources, dead_letter_reasons,
+                      file_bytes, file_text, read_json, read_jsonl, run, shard_files)
+from test_fileio import replace
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core.errors import BadItem
 from proactivebench_builder.transforms.changeit.scenario import (
@@ -498,3 +501,32 @@ def test_a_remote_video_is_decoded_from_a_temporary_copy(source):
         remote.close()
         here.close()
     assert not os.path.exists(remote.path)
+
+
+@pytest.fixture(scope="module")
+@builds
+def video_fifo_build(tmp_path_factory, miniature_root):
+    """A ChangeIt build whose one .webm video is a FIFO."""
+    tmp_path = tmp_path_factory.mktemp("video_fifo")
+    sources = copy_sources(miniature_root, tmp_path, "changeit")
+    video = os.path.join(sources, "changeit", "downloads", "beer", "Zx9-cVb7nM1.webm")
+    replace(video, os.mkfifo)
+    return build(tmp_path, sources, "changeit")
+
+
+def test_a_fifo_in_place_of_a_video_is_a_dead_letter_never_decoded(video_fifo_build):
+    """OpenCV (FFmpeg) would block on a FIFO for ever: the video is refused before it is
+    opened for reading, a dead letter naming it; the build goes on and balances."""
+    result, output = video_fifo_build
+    assert result.returncode == 0, result.stderr[-3000:]
+    reasons = dead_letter_reasons(output)
+    assert any("Zx9-cVb7nM1" in path and "named pipe" in reason
+               for path, reason in reasons.items()), reasons
+    assert balanced(read_json(os.path.join(output, "reports", "build.json")))
+
+
+def test_a_fifo_in_place_of_a_video_is_an_ordinary_dead_letter(video_fifo_build):
+    result, output = video_fifo_build
+    assert "Traceback" not in result.stderr
+    reasons = [r for p, r in dead_letter_reasons(output).items() if "Zx9-cVb7nM1" in p]
+    assert reasons and all(not r.startswith("unexpected error") for r in reasons), reasons

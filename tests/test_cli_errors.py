@@ -1,7 +1,8 @@
-"""A user's mistakes on the command line (issue #14): every command refuses an unknown or
+"""A user's mistakes on the command line: every command refuses an unknown or
 misspelled flag before any work (exit 2, one line naming the closest valid flag), accepts each
 flag with '_' or '-', passes Beam's real options through, refuses unusable values, outputs,
-models and scenarios in one line, and stops on Ctrl-C with one line, exit 130 and nothing
+models and scenarios in one line (a flag that takes one value given twice, an empty value, an
+argument that is not UTF-8 included), and stops on Ctrl-C with one line, exit 130 and nothing
 partial under a final name; the known noise (Beam's apitools warning, OpenCV's VP80 notice) is
 gone from a command's output.
 
@@ -23,7 +24,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import RUNNER, read_json
+from conftest import DEADLINE_S, RUNNER, copy_sources, read_json
+from test_configure import refused_build
 from proactivebench_builder.pipeline.commands import beam_flags, main as build
 from proactivebench_builder.core.cli import CommandParser, canonical
 from proactivebench_builder.transforms import manifest_of
@@ -611,7 +613,7 @@ def test_an_unusable_source_folder_is_one_line(tmp_path, workers):
                      "'simplified' family, one file per category)"], result.stderr
 
 
-# ---- what a newcomer met (issue 21, finding 9) --------------------------------------------------
+# ---- keep lists ----------------------------------------------------------------------------
 
 def test_a_mistyped_keep_list_keyword_says_which_was_meant(capsys, tmp_path):
     code = build.main([f"--output={tmp_path / 'out'}", f"--import_upstream={tmp_path}",
@@ -671,3 +673,97 @@ def test_importing_a_missing_folder_says_no_such_folder(capsys, tmp_path):
     assert code == 2 and "\n" not in line
     assert f"--import_upstream {tmp_path / 'nope'}: no such folder" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_build_argument_that_is_not_utf8_is_one_line_before_any_work(capsys, tmp_path):
+    output = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xff")
+    for argv in (["--output", output], [f"--output={output}"],
+                 ["--sources_root", output, "--output", str(tmp_path / "ok")]):
+        line = refused(capsys, lambda: build.main(["--scenarios", "quickdraw", RUNNER, *argv]))
+        assert "is not UTF-8 text" in line and "\\xff" in line
+    assert os.listdir(tmp_path) == []  # nothing made
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--predictions", "a.jsonl", "--predictions", "b.jsonl"], "--predictions given 2 times"),
+    (["--output=/tmp/a", "--output", "/tmp/b"], "--output given 2 times"),
+    (["--keep_list", "released", "--keep-list", "released"], "--keep_list given 2 times"),
+    (["--seed", "1", "--seed", "2"], "--seed given 2 times"),
+])
+def test_a_flag_taking_one_value_given_twice_is_refused(capsys, argv, flag):
+    assert flag in refused(capsys, lambda: build.main([RUNNER, *argv]))
+
+
+def test_evaluate_refuses_a_model_given_twice(capsys, tmp_path):
+    line = refused(capsys, lambda: runtime_cli.main([
+        "evaluate", "--data", str(tmp_path), "--model", "oracle", "--model", "random:1"]))
+    assert "--model given 2 times" in line
+
+
+def test_one_set_parameter_given_twice_is_refused(capsys):
+    line = refused(capsys, lambda: build.main([
+        RUNNER, "--scenarios", "quickdraw", "--set", "quickdraw.samples_per_class=2",
+        "--set", "quickdraw.samples_per_class=3"]))
+    assert "quickdraw.samples_per_class given twice" in line
+
+
+@pytest.mark.parametrize("flag", ["--predictions", "--keep_list", "--import_upstream", "--output"])
+def test_an_empty_value_is_refused_not_read_as_the_flag_not_given(capsys, flag):
+    assert "must not be empty" in refused(capsys, lambda: build.main([RUNNER, flag, ""]))
+
+
+def test_a_source_without_a_folder_is_refused(capsys):
+    line = refused(capsys, lambda: build.main([RUNNER, "--scenarios", "quickdraw", "--source",
+                                               "quickdraw="]))
+    assert "--source expects SCENARIO=URL" in line
+
+
+def test_an_unknown_subcommand_is_named_even_with_help(capsys):
+    assert "unknown subcommand 'valdate'" in refused(
+        capsys, lambda: build.main(["valdate", "--help"]))
+
+
+def test_evaluate_data_naming_a_file_says_it_is_not_a_folder(capsys, built_miniature):
+    line = refused(capsys, lambda: runtime_cli.main([
+        "evaluate", "--data", os.path.join(built_miniature, "README.md"), "--model", "oracle",
+        "--results", "r.jsonl"]))
+    assert "not a folder" in line
+
+
+@pytest.mark.parametrize("value, says", [("-1", "at least 1"), ("0", "at least 1"),
+                                         ("1000", "core")])
+def test_an_unusable_worker_count_is_one_line(capsys, tmp_path, value, says):
+    line = refused_build(capsys, tmp_path, f"--direct_num_workers={value}")
+    assert "--direct_num_workers" in line and says in line, line
+
+
+def test_an_output_the_launcher_cannot_read_back_is_one_line(tmp_path, miniature_root):
+    sources = copy_sources(miniature_root, tmp_path, "quickdraw")
+    result = subprocess.run(
+        [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", "--no_progress", "--no_train",
+         "--direct_num_workers=2", "--scenarios=quickdraw", f"--sources_root={sources}",
+         "--output=memory://inputs-gaps/out"],
+        capture_output=True, text=True, timeout=DEADLINE_S, cwd=str(tmp_path))
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def run_fetch(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, RUN_PIPELINE, "fetch", "--sources_root", str(tmp_path / "sources"),
+         "--scenarios", "rod", "--retries", "0", "--no_progress", *flags],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("mirror", ["nosuch://x", "file:///etc"])
+def test_a_mirror_that_is_not_http_is_one_line_before_any_request(tmp_path, mirror):
+    result = run_fetch(tmp_path, "--mirror", mirror)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "expected an http(s) URL" in lines[0], \
+        result.stderr
+
+
+@pytest.mark.build
+def test_a_mirror_url_that_cannot_be_split_is_one_line(tmp_path):
+    result = run_fetch(tmp_path, "--mirror", "http://[::1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

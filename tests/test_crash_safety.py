@@ -1,4 +1,4 @@
-"""Crash safety (issue #7): a build killed while it writes shards leaves no partial shard under a
+"""Crash safety: a build killed while it writes shards leaves no partial shard under a
 final name, and the next run into the same folder produces the same bytes as an uninterrupted
 build.
 

@@ -4,16 +4,19 @@ A `distributed.LocalCluster` on the loopback interface stands in for a remote cl
 build connects to it by address (`--dask_client_address tcp://...`), as it would to any
 scheduler, and its workers import the installed package. The output must be byte-identical to
 the FnApiRunner build of the same sources (only the recorded command line differs), and a
-leakage-filtered build must keep the same samples. The cluster is closed whatever happens.
+leakage-filtered build must keep the same samples. The cluster is closed whatever happens; a
+scheduler that cannot be reached is one line naming it.
 """
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import read_jsonl, run
+from conftest import RUN_PIPELINE, copy_sources, read_jsonl, run
 
 distributed = pytest.importorskip("distributed")
 
@@ -134,3 +137,15 @@ def test_leakage_filter_on_dask_keeps_the_same_samples(tmp_path, miniature_root,
     assert report["scenarios"]["quickdraw"]["kept"] == len(expected) < \
         report["scenarios"]["quickdraw"]["samples"]
     assert_same_output(on_fnapi, on_dask)
+
+
+def test_an_unreachable_dask_scheduler_is_one_line(tmp_path, miniature_root):
+    pytest.importorskip("distributed")
+    sources = copy_sources(miniature_root, tmp_path, "quickdraw")
+    result = subprocess.run(
+        [sys.executable, RUN_PIPELINE, "--runner=DaskRunner", "--dask_client_address=tcp://127.0.0.1:9",
+         "--no_progress", "--scenarios=quickdraw", f"--sources_root={sources}",
+         f"--output={tmp_path / 'out'}"],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "127.0.0.1:9" in result.stderr.strip().splitlines()[-1]

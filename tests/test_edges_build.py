@@ -1,6 +1,5 @@
-"""The build's readers at their edges (issue #22, points 7 and 8, and the inventory's section A
-and E): tar headers that claim memory or time, train frames changed after validation, CSV and
-XML files of odd shapes, deeply nested JSON, pickles whose opcodes claim memory, and upstream
+"""The build's readers at their edges: tar headers that claim memory or time, train frames
+changed after validation, CSV and XML files of odd shapes, deeply nested JSON, pickles whose opcodes claim memory, and upstream
 records of the wrong types. Each is a counted dead letter naming the input (or, for a file every
 item needs, one line), never a traceback, a hang, or memory that grows with what a file claims.
 Each test reproduced its fault before the fix."""

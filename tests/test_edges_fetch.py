@@ -1,4 +1,4 @@
-"""The edges of `run_pipeline.py fetch` and of the source lock files (issue 22): every input of
+"""The edges of `run_pipeline.py fetch` and of the source lock files: every input of
 fetch (HTTP responses, archives, the destination folder, its own bookkeeping, signals) and of
 `--verify_sources [--record]` (the lock files), tried with what can be wrong with it. Each case
 ends in one line (a failed file, a refused command, a lock problem) or in correct handling,
@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch import download, extract as extraction, folder_state, source_lock
 from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.fetch import plan as fetch_plan, sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import fetch
@@ -451,6 +451,63 @@ def test_malformed_digest_headers_are_ignored(value):
     class R:
         headers = {"x-goog-hash": value, "x-linked-etag": value}
     assert download.declared_digests([R()]) in ({}, )
+
+
+def answers(*routes):
+    """A route answering each request with the next of `routes` (the last one thereafter)."""
+    left = list(routes)
+    def route(h):
+        (left.pop(0) if len(left) > 1 else left[0])(h)
+    return route
+
+
+def test_a_busy_server_is_asked_again_after_its_retry_after(fake, tmp_path):
+    busy = lambda h: raw(h, 503, {"Retry-After": "0", "Content-Length": "0"})  # noqa: E731
+    fake.routes["/f"] = answers(busy, lambda h: raw(h, 429, {"Content-Length": "0"}),
+                                serve(BODY))
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)),
+                        retries=2)
+    assert outcome.status == "fetched", outcome.message
+    assert len(fake.gets("/f")) == 3
+
+
+def test_a_server_busy_beyond_the_retries_is_one_line(fake, tmp_path):
+    fake.routes["/f"] = lambda h: raw(h, 503, {"Content-Length": "0"})
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)),
+                        retries=1)
+    assert outcome.status == "failed" and one_line(outcome.message)
+    assert "HTTP 503" in outcome.message and "run fetch again" in outcome.message
+    assert len(fake.gets("/f")) == 2
+
+
+def test_a_cut_body_and_a_busy_server_share_the_file_s_retries(fake, tmp_path):
+    """One budget per file: a 503 retried by urllib3 and a body resumed with Range count
+    alike."""
+    cut = lambda h: raw(h, 200, {"Content-Length": str(len(BODY))}, BODY[:5000])  # noqa: E731
+    busy = lambda h: raw(h, 503, {"Content-Length": "0"})  # noqa: E731
+    fake.routes["/f"] = answers(cut, busy, busy, serve(BODY))
+    outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)),
+                        retries=2)
+    assert outcome.status == "failed" and "HTTP 503" in outcome.message, outcome.message
+    assert len(fake.gets("/f")) == 3
+    assert fake.gets("/f")[1]["Range"] == "bytes=5000-"
+
+
+def test_a_long_retry_after_is_ended_by_stop(fake, tmp_path):
+    fake.routes["/f"] = lambda h: raw(h, 503, {"Retry-After": "3600", "Content-Length": "0"})
+    downloader = Downloader(retries=1, retry_wait=0, timeout=5)
+    result = []
+    worker = threading.Thread(target=lambda: result.append(downloader.fetch(
+        str(tmp_path), FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not fake.gets("/f"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    downloader.stop()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert result[0].status == "interrupted", result[0]
 
 
 def test_headers_trickling_forever_are_cut_too(fake, tmp_path):
@@ -913,7 +970,7 @@ def test_a_damaged_state_file_is_ignored_and_everything_verified_from_its_bytes(
         state.write_text("[" * 100_000 + "]" * 100_000)
     elif make == "huge":
         with open(state, "wb") as handle:
-            handle.truncate(download.STATE_LIMIT + 1)  # sparse
+            handle.truncate(folder_state.STATE_LIMIT + 1)  # sparse
     else:
         state.write_text("[1, 2]")
     outcome = run_with_deadline(
@@ -973,6 +1030,20 @@ def test_a_second_fetch_into_the_same_folder_is_refused_at_once(fake, tmp_path, 
     # released: the next fetch runs
     code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
     assert code == 0, err
+
+
+def test_a_link_in_place_of_the_fetch_lock_is_one_line_before_any_request(
+        fake, tmp_path, capsys, monkeypatch):
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    lock = root / "demo" / STATE_DIR / "fetch.lock"
+    lock.parent.mkdir(parents=True)
+    (tmp_path / "elsewhere").write_text("mine")
+    os.symlink(tmp_path / "elsewhere", lock)
+    code, out, err = run_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "symbolic link" in err and "fetch's lock file" in err
+    assert fake.gets() == [] and (tmp_path / "elsewhere").read_text() == "mine"
 
 
 @pytest.fixture

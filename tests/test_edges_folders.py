@@ -1,4 +1,4 @@
-"""Build folders as input (issue #22, points 9 and 13; the inventory's sections F and K): what
+"""Build folders as input: what
 `validate`, `publish`, `inspect` and `evaluate --data` do with a build folder, its upstream export
 and a publish target that are not what they should be.
 

@@ -1,4 +1,4 @@
-"""Source files that are not what their name says (issue #22, points 10 and 11): a named pipe, a
+"""Source files that are not what their name says: a named pipe, a
 character device, a file far larger than any real one, a legal name near the file system's limit.
 Each is a counted dead letter with its path and a reason (or, for a file every item needs, one
 line), never a hang, never memory that grows with what the file holds.

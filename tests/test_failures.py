@@ -85,9 +85,11 @@ def build_argv(tmp_path, output) -> list[str]:
 
 @pytest.fixture(scope="module")
 def broken_build(broken_plugin, tmp_path_factory) -> str:
-    """A build of the plug-in whose code raised nowhere (for the commands that read one)."""
+    """A build of the plug-in whose code raised nowhere, with its upstream export (for the
+    commands that read one)."""
     where = tmp_path_factory.mktemp("built")
-    status, err = command(broken_plugin, where, build_argv(where, where / "out"))
+    status, err = command(broken_plugin, where, [*build_argv(where, where / "out"),
+                                                 "--upstream_export"])
     assert status == 0, err
     return str(where / "out")
 
@@ -121,12 +123,26 @@ def test_a_play_rule_that_raises_fails_validate_in_one_line(broken_plugin, broke
     assert_names_the_plugin(lines, "record_problems")
 
 
-def test_a_move_that_raises_fails_evaluate_in_one_line(broken_plugin, broken_build, tmp_path):
+def test_a_frame_path_that_raises_fails_the_import_of_an_upstream_folder_in_one_line(
+        broken_plugin, broken_build, tmp_path):
     status, lines = command(broken_plugin, tmp_path, [
-        "-m", "proactivebench_builder.runtime", "evaluate", "--data", broken_build, "--model",
-        "oracle", "--results", str(tmp_path / "r.jsonl"), "--no_progress"], "next_image")
+        *build_argv(tmp_path, tmp_path / "imported"), "--import_upstream",
+        os.path.join(broken_build, "upstream")], "unpadded_path")
     assert status == 2
-    assert_names_the_plugin(lines, "next_image")
+    assert_names_the_plugin(lines, "unpadded_path")
+
+
+@pytest.mark.parametrize("method, data", [("next_image", ""), ("unpadded_path", "upstream")])
+def test_a_move_or_frame_path_that_raises_fails_evaluate_in_one_line(broken_plugin, broken_build,
+                                                                     tmp_path, method, data):
+    """A move raises while an episode plays; a frame's path, while an upstream-layout folder
+    (the build's export) is read."""
+    status, lines = command(broken_plugin, tmp_path, [
+        "-m", "proactivebench_builder.runtime", "evaluate", "--data",
+        os.path.join(broken_build, data), "--model", "oracle", "--results",
+        str(tmp_path / "r.jsonl"), "--no_progress"], method)
+    assert status == 2
+    assert_names_the_plugin(lines, method)
 
 
 # ---- a remote output's store that fails part way -----------------------------------------------

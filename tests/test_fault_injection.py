@@ -1,4 +1,4 @@
-"""Fault injection (issue #7): every scenario's miniature source, copied and damaged the way real
+"""Fault injection: every scenario's miniature source, copied and damaged the way real
 downloads are damaged, still builds; each fault is a dead letter with its source-root-relative
 path and a reason; per scenario, raw items = samples + dead letters + rule exclusions.
 

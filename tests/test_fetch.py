@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from test_runtime_cli import _Proxy, _only_this_proxy
 from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
 from proactivebench_builder.pipeline.commands import fetch
@@ -811,7 +812,7 @@ def test_a_folder_linked_out_of_the_source_folder_is_never_written_through(tmp_p
     assert list(outside.iterdir()) == [] and server.log == []
 
 
-# ---- what a newcomer met (issue 21, findings 7-9) ----------------------------------------------
+# ---- no network, a mirror, a listing ------------------------------------------------------
 
 def test_no_network_is_one_summary_line_not_one_per_file(tmp_path, capsys):
     """Every file failing to connect (here a closed local port) is said once for all, naming
@@ -849,3 +850,24 @@ def test_imagenet_c_has_approximate_sizes_in_the_dry_run_and_the_disk_check(tmp_
     with pytest.raises(fetch.UsageError, match=r"need at least 124\.0 GB \(published or "
                                                r"approximate sizes"):
         fetch.check_space(jobs, str(tmp_path), approx)
+
+
+def test_fetch_downloads_through_the_proxy_the_environment_names(monkeypatch, tmp_path):
+    """fetch (requests) honours http_proxy too; the bytes are verified against the pins the
+    same way whatever carried them."""
+    import hashlib
+
+    from proactivebench_builder.fetch.download import Downloader, FileSpec
+
+    body = bytes(range(256)) * 16
+    proxy = _Proxy(body)
+    try:
+        _only_this_proxy(monkeypatch, proxy.url)
+        spec = FileSpec(url="http://files.invalid/f.bin", path="f.bin", size=len(body),
+                        sha256=hashlib.sha256(body).hexdigest())
+        outcome = Downloader(retries=0, retry_wait=0, timeout=10).fetch(str(tmp_path), spec)
+        assert outcome.status == "fetched", outcome.message
+        assert (tmp_path / "f.bin").read_bytes() == body
+        assert any(path == "http://files.invalid/f.bin" for _, path, _ in proxy.requests)
+    finally:
+        proxy.close()

@@ -1,4 +1,5 @@
-"""The leakage filter from stored predictions, the keep-list, and the upstream import."""
+"""The leakage filter from stored predictions (the pools its check reads included), the keep-list
+(malformed ones refused in one line), and the upstream import."""
 from __future__ import annotations
 
 import csv
@@ -9,6 +10,7 @@ import datasets
 import pytest
 
 from conftest import read_json, read_jsonl, run, shard_files
+from test_configure import refused_build
 
 MODELS = ("m1", "m2", "m3", "m4")
 
@@ -211,3 +213,72 @@ def test_runtime_first_round_predictions_feed_the_filter(tmp_path, miniature_roo
         correct.setdefault(row["key"], []).append(bool(row["correct"]))
     expected = {k for k, votes in correct.items() if sum(votes) / len(votes) < 0.25}
     assert kept == expected and len(correct) == 60
+
+
+def _upstream(tmp_path) -> str:
+    folder = tmp_path / "upstream"
+    folder.mkdir()
+    (folder / "QuickDraw_preprocessed.jsonl").write_text("{}\n")
+    return str(folder)
+
+
+@pytest.mark.parametrize("content, says", [
+    ("[1, 2]", "mapping"),
+    ('{"QuickDraw": [null]}', "None"),
+    ('{"QuickDraw": [1e400]}', "inf"),
+    ('{"QuickDraw": [0.9, 1]}', "0.9"),
+    ('{"QuickDraw": [true]}', "True"),
+    ('{"QuickDraw": ["3"]}', "'3'"),
+    ('{"QuickDraw": [-1]}', "-1"),
+    ('{"QuickDraw": 3}', "QuickDraw"),
+    ('{"kept_ids": [1]}', "mapping"),
+    ("[" * 100000 + "]" * 100000, "JSON"),
+    ("not json", "JSON"),
+    ('{"Quickdraw": [0, 1], "QuickDraw": [1]}', "did you mean 'QuickDraw'"),
+    ('{"ImageNet-C": [0, 1]}', "QuickDraw"),   # the imported config is absent: all dropped
+])
+def test_a_malformed_keep_list_is_one_line_naming_it(capsys, tmp_path, content, says):
+    path = tmp_path / "keep.json"
+    path.write_text(content)
+    line = refused_build(capsys, tmp_path, f"--import_upstream={_upstream(tmp_path)}",
+                         f"--keep_list={path}")
+    assert "keep.json" in line and says in line, line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_keep_list_that_is_not_a_regular_file_is_refused(capsys, tmp_path, kind):
+    path = tmp_path / "keep.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    line = refused_build(capsys, tmp_path, f"--import_upstream={_upstream(tmp_path)}",
+                         f"--keep_list={path}")
+    assert str(path) in line, line
+
+
+def test_a_keep_list_may_leave_a_config_empty_on_purpose(tmp_path):
+    from proactivebench_builder.filters.leakage import load_keep_list
+
+    path = tmp_path / "keep.json"
+    path.write_text('{"QuickDraw": [], "MVP-N": [3, 1]}')
+    assert load_keep_list(str(path)) == {"QuickDraw": set(), "MVP-N": {1, 3}}
+
+
+@pytest.mark.parametrize("report", ['[1]', "[" * 50000 + "]" * 50000, '{"stamp": [1]}',
+                                    '{"stamp": {"code_version": "x"}, "files": [1, {"path": 2}]}',
+                                    '{"stamp": {"code_version": "x"}, "sources": [], '
+                                    '"scenarios": {"quickdraw": 3}}'])
+def test_an_odd_previous_report_is_no_pool_for_the_predictions_check(tmp_path, report):
+    """The driver's coverage check reads the output folder's previous build.json as a shortcut;
+    a list there or deep nesting was an AttributeError or RecursionError traceback."""
+    from proactivebench_builder.core.config import BuildConfig
+    from proactivebench_builder.filters.coverage import previous_pools
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "build.json").write_text(report)
+    config = BuildConfig(seed=0, output=str(tmp_path), scenarios=("quickdraw",), sources={},
+                         config_to_scenario={}, stamp={"code_version": "x", "seed": None,
+                                                       "origin": None, "manifests": {},
+                                                       "parameter_overrides": {}})
+    assert previous_pools(config) == {}

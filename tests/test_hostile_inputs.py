@@ -1,4 +1,4 @@
-"""Integrity under hostile and unlucky inputs (issue 16): a memory bomb in an archive, links out
+"""Integrity under hostile and unlucky inputs: a memory bomb in an archive, links out
 of the sources root, two builds into one folder, a source changed during the build, an error
 inside one raw item, harmless format variants, a full disk, mistyped parameters, and a failed
 build that must not pass for a good one. Each test reproduced its fault before the fix."""
@@ -566,7 +566,7 @@ def test_errors_inside_items_and_units_keep_every_scenario_accounted(tmp_path, m
     assert failed_units == set(load_scenarios())
 
 
-# ---- 6. harmless format variants in line-oriented sources (not QuickDraw: issue 17) -------------
+# ---- 6. harmless format variants in line-oriented sources (not QuickDraw) -------------
 
 def add_bom_and_blank_lines(path: str) -> None:
     with open(path, "rb") as handle:

@@ -1,9 +1,11 @@
 """ImageNet-C's reading lists only what it needs: the release holds 19 corruptions x 5 severities
-x 1,000 classes x 50 files (4.75 M files), and no listing may grow with all of them."""
+x 1,000 classes x 50 files (4.75 M files), and no listing may grow with all of them; a class
+folder linked to its parent is read once."""
 from __future__ import annotations
 
 import os
 
+from conftest import balanced, build, copy_sources, read_json
 from proactivebench_builder.core import fileio
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.transforms.imagenet_c.scenario import ImageNetC
@@ -36,3 +38,14 @@ def test_reading_lists_one_folder_per_class_and_each_corruption_once(tmp_path, m
     relative = [os.path.relpath(u, str(tmp_path)) for u in listed]
     assert all(r == "." or r.split(os.sep)[1] == "5" for r in relative)
     assert len(set(relative)) == len(relative)
+
+
+def test_a_class_folder_linked_to_its_parent_is_read_once(tmp_path, miniature_root):
+    """A link inside the root that loops (`n09999999 -> ..`) is no way out and no endless walk:
+    the build ends, and what it reads through the link is accounted for."""
+    sources = copy_sources(miniature_root, tmp_path, "ImageNet-C")
+    os.symlink("..", os.path.join(sources, "ImageNet-C", "contrast", "5", "n09999999"))
+    result, output = build(tmp_path, sources, "imagenet_c")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    report = read_json(os.path.join(output, "reports", "build.json"))
+    assert report["status"] == "ok" and balanced(report)

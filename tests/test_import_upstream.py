@@ -1,6 +1,6 @@
 """pipeline/import_upstream.py: a release's records become rows with their values as the release
 holds them (integers stay integers through the shards and a re-export) and a config's rows are
-written in id order."""
+written in id order; a byte-order mark opening a JSONL is not a bad record."""
 from __future__ import annotations
 
 import pytest
@@ -8,13 +8,16 @@ import pytest
 import io
 import json
 import os
+import shutil
 
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from conftest import run, shard_files
+from conftest import IN_PROCESS, RUNNER, run, shard_files
+from proactivebench_builder.pipeline.commands import main as build
+from proactivebench_builder.runtime import cli as runtime_cli
 
 pytestmark = pytest.mark.build  # every test here builds or starts a command of ours
 
@@ -94,3 +97,55 @@ def test_a_config_is_written_in_id_order(tmp_path):
     in_order = [i for p in shards for i in pq.read_table(os.path.join(out, p))["id"].to_pylist()]
     assert in_order == sorted(ids)
     assert datasets.load_dataset(out, name=COCO, split="test")["id"] == sorted(ids)
+
+
+def test_a_byte_order_mark_opening_an_upstream_jsonl_is_not_a_bad_record(built_miniature,
+                                                                        tmp_path, capsys):
+    upstream = tmp_path / "upstream"
+    shutil.copytree(os.path.join(built_miniature, "upstream"), upstream)
+    jsonl = upstream / "QuickDraw_preprocessed.jsonl"
+    lines = jsonl.read_bytes()
+    jsonl.write_bytes(b"\xef\xbb\xbf" + lines)
+    out = tmp_path / "imported"
+    build.main([RUNNER, IN_PROCESS, "--import_upstream", str(upstream), "--scenarios",
+                "quickdraw", "--output", str(out), "--no_progress"])
+    report = json.loads((out / "reports" / "build.json").read_text())
+    assert report["scenarios"]["quickdraw"]["dead_letters"] == 0
+    assert report["scenarios"]["quickdraw"]["samples"] == lines.count(b"\n")
+    assert runtime_cli.main(["evaluate", "--data", str(upstream), "--model", "oracle",
+                             "--scenarios", "QD", "--results", str(tmp_path / "r.jsonl"),
+                             "--no_progress"]) == 0
+
+
+def test_a_release_in_a_bucket_imports_as_from_a_folder(tmp_path, s3_port):
+    """--import_upstream s3://...: the same shards as the same release in a local folder (its
+    JSONL read a bounded line at a time through the store's client)."""
+    import subprocess
+    import sys
+
+    import boto3
+
+    from conftest import REPO, s3_environment, s3_objects
+
+    folder = coco_release(tmp_path / "test", [WHOLE] * 3, [0, 1, 2])
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3_port}", region_name="us-east-1",
+                      aws_access_key_id="x", aws_secret_access_key="x")
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            s3.upload_file(path, "bucket", "release/" + os.path.relpath(path, folder))
+    assert len(s3_objects(s3_port, "release/")) == 4
+    local = str(tmp_path / "local")
+    assert run(local, "/unused", "coco", f"--import_upstream={folder}")["status"] == "ok"
+    remote = str(tmp_path / "remote")
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "run_pipeline.py"), RUNNER, "--no_progress",
+         "--scenarios=coco", f"--output={remote}", "--import_upstream=s3://bucket/release"],
+        env=dict(os.environ, **s3_environment(s3_port)), capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards = shard_files(local)
+    assert shards == shard_files(remote) and shards
+    for shard in shards:
+        assert open(os.path.join(local, shard), "rb").read() == \
+            open(os.path.join(remote, shard), "rb").read()

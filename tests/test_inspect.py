@@ -13,6 +13,8 @@ import pytest
 from PIL import Image
 
 from conftest import file_bytes, file_text, read_json
+from test_cli_errors import refused
+from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands.inspect import (
     SHEET_WIDTH, THUMB, inspect_folder, main, render_sheet, shown_positions)
@@ -201,3 +203,11 @@ def test_dead_letter_chart_with_reasons():
                                                                     "unknown class": 1}}}}
     image = plots.dead_letters_chart(build)
     assert image.size == (plots.WIDTH, plots.bar_chart_height(2, 1))
+
+
+def test_inspect_out_naming_a_file_is_one_line(capsys, built_miniature, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    line = refused(capsys, lambda: build.main(["inspect", built_miniature, "--out",
+                                               str(tmp_path / "afile")]))
+    assert "is a file" in line
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -1,5 +1,6 @@
 """MVP-N scenario: the record semantics the upstream MVPNEnvironment relies on, the upstream
-export it reads, determinism, safe pickle reading, dead letters and the build accounting."""
+export it reads, determinism, safe pickle reading (a pickle claiming a huge object included),
+the class-name table read after the overrides, dead letters and the build accounting."""
 from __future__ import annotations
 
 import io
@@ -7,12 +8,15 @@ import os
 import pickle
 import posixpath
 import shutil
+import struct
+import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
 from conftest import build_report, builds, read_jsonl, run, shard_files
+from test_configure import refused_build
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
@@ -363,3 +367,33 @@ def test_damaged_build_goes_on_and_accounts_for_every_item(damaged):
     keys = {r["key"] for r in read_jsonl(os.path.join(output, "upstream",
                                                       f"{CONFIG}_preprocessed.jsonl"))}
     assert len(keys) == 9 and not any("test_0042" in k for k in keys)
+
+
+def test_mvpn_class_names_file_is_read_after_the_overrides(tmp_path, capsys):
+    """MVP-N read its class-name table in __init__, before `--set` applied: the override was
+    ignored but stamped in the card as used."""
+    from proactivebench_builder.transforms.mvpn.scenario import MVPN
+
+    scenario = MVPN(0, str(tmp_path))
+    scenario.params["class_names_file"] = "imagenet_classes.json"
+    assert scenario.class_names == {str(k): str(v) for k, v in
+                                    scenario.data_file("imagenet_classes.json").items()}
+    line = refused_build(capsys, tmp_path, "--set=mvpn.class_names_file=no_such_file.yaml",
+                         scenarios="mvpn")
+    assert "mvpn.class_names_file" in line and "no_such_file.yaml" in line
+
+
+def test_a_list_pickle_claiming_a_huge_bytes_object_is_a_bad_pickle():
+    """BINBYTES8 declaring 2^40 bytes in a 12-byte pickle: refused, nothing allocated."""
+    from proactivebench_builder.transforms.base import BadItem
+    from proactivebench_builder.transforms.mvpn.scenario import load_sample_list
+
+    data = b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b"."
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadItem, match="bad pickle"):
+            load_sample_list(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20

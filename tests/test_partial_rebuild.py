@@ -1,18 +1,21 @@
 """Building some scenarios into a folder that holds a complete build: an update that rebuilds
 them and keeps the others (shards, checksums, dead letters, filter statistics), with a card and
 reports covering all of them and a folder that validates; refused before any work, with one line
-naming the way out, when it would not be sound (other seed, filter, upstream export, train split)."""
+naming the way out, when it would not be sound (other seed, filter, upstream export, train split);
+damaged previous reports end the update in one line, never a hang or a traceback."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from conftest import read_json, run
+from conftest import IN_PROCESS, RUN_PIPELINE, build, builds, copy_sources, read_json, run
 
 from proactivebench_builder.pipeline.commands.validate import validate_folder
 from proactivebench_builder.transforms import load_scenarios
@@ -173,3 +176,60 @@ def test_a_report_of_the_previous_build_that_cannot_be_read_refuses_the_update(
     message = str(refused.value)
     assert named in message and "\n" not in message and "another --output" in message, message
     assert digests(full) == before
+
+
+@pytest.fixture(scope="module")
+@builds
+def two_scenario_build(tmp_path_factory, miniature_root):
+    """A complete build of QuickDraw and ImageNet-C (no train split), for updates to copy."""
+    tmp_path = tmp_path_factory.mktemp("two_scenarios")
+    sources = copy_sources(miniature_root, tmp_path, "quickdraw", "ImageNet-C")
+    result, output = build(tmp_path, sources, "quickdraw,imagenet_c")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sources, output
+
+
+def _damage_fifo(path: str) -> None:
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _damage_lines(path: str) -> None:
+    with open(path, "ab") as handle:
+        handle.write(b"not json\n" + b"[" * 100000 + b"\n\xff\xfe\n")
+
+
+def _damage_filter_report(path: str) -> None:
+    with open(os.path.join(os.path.dirname(path), "filter.json"), "wb") as handle:
+        handle.write(b"[1]")
+
+
+@pytest.mark.parametrize("damage", [
+    _damage_fifo,
+    _damage_filter_report,
+    _damage_lines,
+], ids=["fifo", "filter-json", "lines"])
+def test_an_update_over_damaged_previous_reports_is_one_line_or_rebuilt(
+        two_scenario_build, tmp_path, damage):
+    """An update (rebuilding QuickDraw only) reads the folder's previous filter.json and merges
+    its dead_letters.jsonl, which build.json's digests do not cover: a FIFO, a report of another
+    shape or lines that are not JSON end the update in one line (or are left out), never a hang
+    or a traceback."""
+    sources, full = two_scenario_build
+    output = str(tmp_path / "out")
+    shutil.copytree(full, output)
+    damage(os.path.join(output, "reports", "dead_letters.jsonl"))
+    try:
+        result = subprocess.run(
+            [sys.executable, RUN_PIPELINE, "--runner=FnApiRunner", IN_PROCESS, "--no_progress",
+             "--no_train", "--max_bad_fraction=0.9", "--scenarios=quickdraw",
+             f"--sources_root={sources}", f"--output={output}", "--set",
+             "quickdraw.samples_per_class=5"],
+            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the update blocked")
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if "FAILED" in line or "error" in line]
+        named = "filter.json" if damage is _damage_filter_report else "dead_letters.jsonl"
+        assert lines and named in lines[-1], result.stderr[-3000:]

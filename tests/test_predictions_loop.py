@@ -156,8 +156,7 @@ def test_in_a_fresh_folder_the_pool_step_names_the_missing_samples(loop, miniatu
 def test_a_rebuild_with_another_seed_is_refused_before_it_replaces_the_build(loop, miniature_root):
     """The folder holds a finished, filtered build at seed 0; the same rebuild with --seed 1
     would make another pool, fail the filter after the work and leave the folder failed: it is
-    refused before any work, naming both seeds, and the folder keeps its build (issue 21,
-    finding 3)."""
+    refused before any work, naming both seeds, and the folder keeps its build."""
     out, predictions, _ = loop
     before = read_json(os.path.join(out, "reports", "build.json"))
     with pytest.raises(SystemExit) as raised:

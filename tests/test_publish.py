@@ -1,13 +1,17 @@
 """Publishing (`run_pipeline.py publish`): to a folder, loaded back with `datasets.load_dataset`;
 to the Hub, with only the `HfApi` calls replaced by an in-memory fake repository, and with
-Hugging Face offline mode on, so any call that escapes the fake fails loudly."""
+Hugging Face offline mode on, so any call that escapes the fake fails loudly. A damaged record of
+an earlier publish deletes nothing of the user's; a repo id the Hub cannot name is one line."""
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import types
 import zipfile
 
@@ -27,7 +31,8 @@ from proactivebench_builder.pipeline import publish  # noqa: E402
 from proactivebench_builder.pipeline.commands import publish as publish_command  # noqa: E402
 from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
-from conftest import file_bytes, file_text, read_json, s3_environment, s3_objects
+from conftest import RUN_PIPELINE, builds, file_bytes, file_text, read_json, s3_environment, s3_objects
+from test_partial_rebuild import two_scenario_build  # noqa: F401 - a fixture
 
 REPO = "someone/proactivebench-test"
 
@@ -221,6 +226,35 @@ def test_publish_to_a_folder_loads_back_the_same_rows(built, tmp_path):
             assert len(theirs) > 0
             assert theirs.data.table.equals(ours.data.table)
     assert not [p for p in os.listdir(target) if p.startswith(".tmp-")]
+
+
+def test_a_second_publish_into_the_same_folder_is_refused_in_one_line(built, tmp_path, capsys):
+    """Two publishes into one folder at once would each take the other's temporary files for
+    leftovers: the second is refused before it reads the folder (exit 3, naming the first);
+    once the first ends, its lock is gone and the folder holds only what a publish writes."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "published"
+    target.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from proactivebench_builder.core.locks import "
+         "ExclusiveLock; lock = ExclusiveLock(sys.argv[1], 'x').__enter__(); print('held', "
+         "flush=True); time.sleep(60)", str(target / publish.TARGET_LOCK)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main([built, "--to", str(target)]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("PUBLISH FAILED: ") and "another publish: pid" in err[-1]
+        assert os.listdir(target) == [publish.TARGET_LOCK]  # nothing written by the second
+        assert main([built, "--to", str(target), "--dry_run"]) == 0  # a dry run takes no lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([built, "--to", str(target)]) == 0
+    assert publish.TARGET_LOCK not in os.listdir(target)
 
 
 def test_upstream_archives_unzip_to_the_export(built, tmp_path):
@@ -576,7 +610,7 @@ def test_a_folder_publish_says_each_phase_before_its_work(built, tmp_path, stder
     assert re.fullmatch(r"checking the sha256 of \d+ shards and reports", said[0])
     assert said[1:] == [
         f"checking the sha256 of {len(publish.exported_files(built))} exported files",
-        f"hashing the {files} files to publish",
+        "hashing the files to publish",
         f"packing the upstream export's {images:,} images into zips",
         f"writing {len(publish.list_files(target))} files into the target"]
     assert last_said_before(stderr_at_calls, "built_file") == said[2]
@@ -599,7 +633,7 @@ def test_a_hub_publish_says_each_phase_before_its_call(built, monkeypatch, stder
     assert main([built, "--repo_id", REPO]) == 0
     files = len(publish.built_files(built))
     assert said_by_publish(stderr_at_calls)[1:] == [
-        f"asking the Hub for {REPO}", f"hashing the {files} files to publish",
+        f"asking the Hub for {REPO}", "hashing the files to publish",
         f"listing the files of {REPO} on the Hub", f"uploading {files} files"]
     assert last_said_before(stderr_at_calls, "head_commit") == f"asking the Hub for {REPO}"
     assert last_said_before(stderr_at_calls, "remote_files") == \
@@ -652,3 +686,67 @@ def test_a_store_that_dies_mid_publish_is_one_line_and_a_rerun_converges(built, 
     finally:
         relay.close()
     assert s3_objects(s3_port, "cut/") == whole
+
+
+def publish_to(folder: str, target: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, RUN_PIPELINE, "publish", folder, "--to", target],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+@builds
+def published(two_scenario_build, tmp_path_factory):
+    _, folder = two_scenario_build
+    target = str(tmp_path_factory.mktemp("published") / "target")
+    result = publish_to(folder, target)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder, target
+
+
+def _record_fifo(path: str) -> None:
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _record_bytes(data: bytes):
+    def write(path: str) -> None:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    return write
+
+
+@pytest.mark.parametrize("damage", [
+    _record_fifo, _record_bytes(b"[1]"), _record_bytes(b"[" * 100000),
+    _record_bytes(b'{"files": ["../outside.txt", "/etc/hostname", 5]}'),
+    _record_bytes(b'{"files": ["../outside.txt", "/tmp/x"]}'),
+], ids=["fifo", "a-list", "nested", "not-paths", "paths-leading-out"])
+def test_a_damaged_publish_record_in_the_target_deletes_nothing_of_the_users(
+        published, tmp_path, damage):
+    """`.proactivebench-publish.json` in a folder target is read as untrusted: a FIFO, another
+    shape or paths leading out are a note (only files the card's globs match are then stale);
+    nothing outside the target and none of the user's own files is deleted."""
+    from proactivebench_builder.pipeline.publish import MANIFEST
+
+    folder, first = published
+    target = tmp_path / "target"
+    shutil.copytree(first, target)
+    (target / "mydata").mkdir()
+    (target / "mydata" / "precious.txt").write_text("mine")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the target's")
+    damage(str(target / MANIFEST))
+    result = publish_to(folder, str(target))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert outside.read_text() == "not the target's"
+    assert (target / "mydata" / "precious.txt").read_text() == "mine"
+    assert json.loads((target / MANIFEST).read_text())["files"]
+
+
+def test_a_repo_id_the_hub_cannot_name_is_one_line(two_scenario_build, tmp_path):
+    _, folder = two_scenario_build
+    result = subprocess.run(
+        [sys.executable, RUN_PIPELINE, "publish", folder, "--repo_id", "a/b/c", "--dry-run",
+         "--allow_stand_ins"],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

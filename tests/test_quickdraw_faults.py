@@ -3,7 +3,7 @@
 The reference below is the reader as it was before the one-pass scan: every line parsed with
 `json.loads`, every stroke validated, one heap per split. The scan must keep exactly the same
 drawings for both splits, balance its accounting whatever fails where, and treat a BOM and
-blank lines as no items at all (issue 16, points 5 and 6).
+blank lines as no items at all.
 """
 from __future__ import annotations
 

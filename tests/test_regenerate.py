@@ -243,15 +243,19 @@ def test_route_1_points_at_the_test_folder(tmp_path, release, capsys):
 def test_route_1_build_fails_when_a_record_of_the_release_cannot_be_read(tmp_path, release,
                                                                          capsys):
     """The records count right, but a frame is missing (an archive not unzipped): the build
-    fails naming the count it reached, rather than publishing a smaller split."""
+    fails naming the count it reached and the first file it could not import, and says to
+    replace it, rather than publishing a smaller split."""
     copy = str(tmp_path / "test")
     shutil.copytree(release, copy)
     os.remove(os.path.join(copy, ROD, "natural_redbl_greenr-orange-s3.jpg"))
     assert build_cli(f"--output={tmp_path / 'out'}", "--scenarios=rod",
                      f"--import_upstream={copy}", "--keep_list=released",
                      "--max_bad_fraction=1") == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{ROD}: the build keeps 44 samples where the release keeps 88" in err
+    assert "the first that could not be imported: " in err and "orange" in err, err
+    assert "replace the release's files named in reports/dead_letters.jsonl" in err
+    assert "without the filter" not in err
 
 
 # ---- route 2: labels only the release holds --------------------------------------------------------
@@ -568,7 +572,7 @@ def test_the_dataflow_requirements_file_installs(tmp_path):
     assert check.returncode == 0, check.stderr[-2000:]
 
 
-# ---- what an import is (issue 21, finding 1) ---------------------------------------------------
+# ---- what an import is ---------------------------------------------------
 
 def test_an_export_imported_again_keeps_its_stand_ins(tmp_path, built_miniature, capsys,
                                                      hub_unreachable):
@@ -663,7 +667,7 @@ def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, m
                                                                     capsys, hub_unreachable):
     """Sources that are not the miniature (no marker), built without --verify_sources and
     without a filter: build.json names both, the card does not say plain "(rebuilt)", and
-    publish --repo_id refuses it (issue 21, finding 5)."""
+    publish --repo_id refuses it."""
     from proactivebench_builder.pipeline.miniature import MARKER
 
     root = tmp_path / "sources"
@@ -684,13 +688,13 @@ def test_an_unverified_unfiltered_route_2_build_is_not_the_benchmark(tmp_path, m
 def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, release, capsys):
     """`evaluate --data <release>/test` plays what upstream's loader plays: the released keep
     list (VSOD's extra pool records are left out), saying so in one line; --all_records plays
-    every record and says that it is not the released split (issue 21, finding 4)."""
+    every record and says that it is not the released split."""
     from proactivebench_builder.runtime.cli import main as evaluate
 
     def played(*extra) -> tuple[dict, str]:
         results = tmp_path / f"results{len(extra)}.jsonl"
-        assert evaluate(["evaluate", "--data", release, "--model", "oracle", "--results",
-                         str(results), *extra]) == 0
+        assert evaluate(["evaluate", "--no_progress", "--data", release, "--model", "oracle",
+                         "--results", str(results), *extra]) == 0
         lines = [json.loads(line) for line in results.read_text().splitlines()]
         counts = {c: sum(1 for r in lines if r["config"] == c) for c in (ROD, VSOD)}
         return counts, capsys.readouterr().err
@@ -707,7 +711,7 @@ def test_evaluating_the_release_folder_plays_the_released_split(tmp_path, releas
 def test_release_labels_notes_records_answering_with_placeholders(tmp_path, built_miniature,
                                                                   capsys):
     """Our own export's MVP-N records answer "Product 0000.": release_labels says they are not
-    the release's, before anything is written (issue 21, finding 9)."""
+    the release's, before anything is written."""
     root = tmp_path / "sources"
     for name in ("mvpn", "vsod"):
         (root / name).mkdir(parents=True)

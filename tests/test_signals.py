@@ -1,4 +1,4 @@
-"""SIGTERM and SIGHUP stop a build like Ctrl-C (issue #22, point 12): sent to the build's main
+"""SIGTERM and SIGHUP stop a build like Ctrl-C: sent to the build's main
 process alone (as `kill`, `timeout` or a batch scheduler do), they end the whole process tree
 within seconds, mark the folder failed with the signal's name, print one line and exit with
 128 + the signal's number. Before, the main process died at once without a word, build.json

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import file_text, read_json
+from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline.commands.validate import main, validate_folder
 
@@ -294,3 +295,37 @@ def test_each_phase_is_said_before_its_work_and_not_with_no_progress(built_minia
                      "load_dataset": "run_pipeline.py validate: " + said[3]}
     assert main([built_miniature, "--no_progress"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.fixture(scope="module")
+def published(built_miniature, tmp_path_factory) -> str:
+    target = str(tmp_path_factory.mktemp("published") / "copy")
+    assert build.main(["publish", built_miniature, "--to", target]) == 0
+    assert not os.path.exists(os.path.join(target, "upstream"))
+    return target
+
+
+def test_a_copy_published_without_the_export_validates_and_publishes_again(
+        published, tmp_path, capsys):
+    assert build.main(["validate", published]) == 0
+    assert "upstream export" in capsys.readouterr().out  # said, not checked
+    assert build.main(["publish", published, "--to", str(tmp_path / "again")]) == 0
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("dead_letters.jsonl", b"garbage\n"),
+    ("filter.json", b"\x00\x01"),
+])
+def test_the_reports_build_json_names_are_covered_by_its_digests(
+        built_miniature, tmp_path, capsys, name, damage):
+    report = json.loads(open(os.path.join(built_miniature, "reports", "build.json")).read())
+    assert {e["path"] for e in report["report_files"]} == {
+        "reports/dead_letters.jsonl", "reports/filter.json"}
+    copy = str(tmp_path / "copy")
+    shutil.copytree(built_miniature, copy)
+    with open(os.path.join(copy, "reports", name), "wb") as handle:
+        handle.write(damage)
+    assert build.main(["validate", copy, "--skip_frames"]) == 1
+    assert f"reports/{name}:" in capsys.readouterr().out
+    assert build.main(["publish", copy, "--to", str(tmp_path / "pub")]) != 0
+    assert not os.path.exists(tmp_path / "pub" / "reports" / name)

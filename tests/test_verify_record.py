@@ -210,7 +210,7 @@ def test_a_build_records_then_a_later_build_refuses_a_changed_source(miniature_r
 def test_a_failed_record_writes_no_lock_and_says_so(miniature_root, tmp_path):
     """Every folder is checked before any lock is written: VSOD (no pins) passes while COCO's
     miniature fails its pins, and VSOD gets no lock a later build would trust; the message says
-    no lock was written, in one line (issue 21, finding 2)."""
+    no lock was written, in one line."""
     root = str(tmp_path / "sources")
     for name in ("vsod", "coco"):
         shutil.copytree(os.path.join(miniature_root, name), os.path.join(root, name))

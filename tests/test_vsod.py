@@ -1,12 +1,13 @@
 """VSOD scenario: the record semantics the upstream VSOD environment relies on (field by field),
 the strong-occlusion rule, the labels file, the upstream export, determinism, dead letters for
-every kind of bad segment or label row, and the build accounting."""
+every kind of bad segment or label row (XML entities expand nothing), and the build accounting."""
 from __future__ import annotations
 
 import io
 import os
 import random
 import shutil
+import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
@@ -330,3 +331,33 @@ def test_question_pools():
         assert len(pool) == 15 and len(set(pool)) == 15
     for qtype, words in VOCAB.items():
         assert len({vocabulary.format_category(w) for w in words}) == len(words) >= 4, qtype
+
+
+def _entity_bomb() -> bytes:
+    entities = ['<!ENTITY e0 "lol">'] + [
+        f'<!ENTITY e{i} "{("&e%d;" % (i - 1)) * 10}">' for i in range(1, 10)]
+    return (('<?xml version="1.0"?><!DOCTYPE annotation [' + "".join(entities) + "]>"
+             "<annotation><size><width>&e9;</width><height>1</height></size></annotation>")
+            .encode())
+
+
+@pytest.mark.parametrize("xml", [
+    _entity_bomb(),
+    b'<?xml version="1.0"?><!DOCTYPE a [<!ENTITY e SYSTEM "file:///etc/hostname">]>'
+    b"<annotation><size><width>&e;</width><height>1</height></size></annotation>",
+], ids=["billion-laughs", "external-entity"])
+def test_vsod_xml_entities_are_a_bad_item_and_expand_nothing(xml):
+    """expat refuses external entities and stops entity expansion at its amplification limit
+    (activated past 8 MiB of output): the peak is bounded by that limit (~64 MB traced, the same
+    for 9 or 30 levels of nesting), not by what the file claims."""
+    from proactivebench_builder.transforms.base import BadItem
+    from proactivebench_builder.transforms.vsod.scenario import parse_annotation
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadItem, match="bad XML"):
+            parse_annotation(xml)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 128 << 20

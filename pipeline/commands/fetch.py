@@ -14,9 +14,10 @@ place and verified, 1 when any failed (run again: finished files are skipped and
 resumed), 2 for a mistake refused before any work (a misspelled flag, an unknown scenario, a
 sources root or source folder that is not a usable local folder, a disk too small for the
 published sizes), 3 when another fetch is writing one of the source folders (one fetch per
-folder: an flock on `<folder>/.proactivebench-fetch/fetch.lock`), 130 on Ctrl-C, 143 on
-SIGTERM, 129 on SIGHUP (every connection is cut at once; what was received stays in the partial
-files, resumed by the next run).
+folder: the build's kind of lock, `core/locks.py`, on
+`<folder>/.proactivebench-fetch/fetch.lock`), 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP
+(every connection is cut at once; what was received stays in the partial files, resumed by
+the next run).
 
 Afterwards, `python run_pipeline.py --sources_root DIR --verify_sources --record` locks what
 was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
@@ -24,14 +25,10 @@ was downloaded (relative path, size, sha256 of every file; see docs/sources.md).
 from __future__ import annotations
 
 import argparse
-import datetime
-import errno
-import json
+import contextlib
 import os
 import re
 import shutil
-import socket
-import stat
 import sys
 import threading
 import urllib.parse
@@ -42,8 +39,10 @@ from tqdm import tqdm
 from proactivebench_builder.core import phases
 from proactivebench_builder.core.cli import (
     DEBUG_HELP, CommandParser, non_negative_int, positive_float, positive_int, unknown_name)
-from proactivebench_builder.fetch.download import STATE_DIR, Downloader, fetch_record, mirrored
-from proactivebench_builder.core.errors import CommandError, UsageError
+from proactivebench_builder.fetch.download import Downloader, mirrored
+from proactivebench_builder.fetch.folder_state import STATE_DIR, fetch_record
+from proactivebench_builder.core.errors import CommandError, OutputError, UsageError
+from proactivebench_builder.core.locks import ExclusiveLock, Held
 from proactivebench_builder.fetch import sizes as fetch_sizes
 from proactivebench_builder.pipeline.commands import subcommand
 from proactivebench_builder.pipeline.commands.output_folder import check_can_write
@@ -83,11 +82,12 @@ def declare_flags(p: CommandParser) -> None:
     p.add_argument("--jobs", type=positive_int, default=DEFAULT_JOBS,
                    help="files downloaded at once (default: %(default)s)")
     p.add_argument("--retries", type=non_negative_int, default=3,
-                   help="retries of a file after a dropped connection, a timeout or an HTTP 5xx, "
-                        "each resuming where the last stopped (default: %(default)s)")
+                   help="retries of a file after a dropped connection, a timeout or an HTTP "
+                        "429/5xx, each resuming where the last stopped (default: %(default)s)")
     p.add_argument("--retry_wait", type=_non_negative_float, default=2.0, metavar="SECONDS",
-                   help="wait before the first retry, doubled for each next one "
-                        "(default: %(default)s)")
+                   help="backoff between retries (urllib3's Retry): the first at once, the "
+                        "next after 2 x SECONDS, doubling; a server's Retry-After is honoured, "
+                        "every wait at most 120 s (default: %(default)s)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                    help="give up on a connection silent for this long, or slower than 1 kB/s "
                         "over this long (it is retried, resuming; default: %(default)s)")
@@ -302,66 +302,32 @@ def make_source_folder(folder: str) -> None:
 
 class FolderLocks:
     """`with FolderLocks(folders):` the only fetch writing these source folders; raises
-    FetchLocked naming the holder otherwise. Each is an `fcntl.flock` on
-    `<folder>/.proactivebench-fetch/fetch.lock`, which the kernel releases when the holder ends
-    however it ends (a lock is never stale); the file names its holder for the message."""
+    FetchLocked naming the holder otherwise. Each is the build's kind of lock (`core/locks.py`:
+    an flock the kernel releases however its holder ends, so it is never stale) on
+    `<folder>/.proactivebench-fetch/fetch.lock`, which names its holder for the message."""
 
     def __init__(self, folders):
         self.folders = list(folders)
-        self.fds: list[int] = []
+        self.stack = contextlib.ExitStack()
 
     def __enter__(self):
-        try:
+        with contextlib.ExitStack() as stack:  # a refused folder releases those taken
             for folder in self.folders:
-                self.fds.append(self._take(folder))
-        except BaseException:
-            self.__exit__()
-            raise
+                path = os.path.join(folder, STATE_DIR, LOCK_FILE)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                try:
+                    stack.enter_context(ExclusiveLock(path, "fetch's lock file",
+                                                      keep_file=True))
+                except Held as held:
+                    raise FetchLocked(f"another fetch is writing {folder}: {held}; run this "
+                                      f"one when it ends") from None
+                except OutputError as err:  # a link, a FIFO, a folder in its place
+                    raise UsageError(str(err)) from None
+            self.stack = stack.pop_all()
         return self
 
-    def _take(self, folder: str) -> int:
-        import fcntl  # POSIX only: imported where a local lock is taken
-
-        path = os.path.join(folder, STATE_DIR, LOCK_FILE)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as err:
-            if err.errno in (errno.ELOOP, errno.ENXIO):
-                raise UsageError(f"{path} is not fetch's lock file (a link or a FIFO); remove "
-                                 f"it") from None
-            raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise UsageError(f"{path} is not fetch's lock file; remove it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            except (ValueError, RecursionError):
-                holder = {}
-            os.close(fd)
-            if not isinstance(holder, dict):
-                holder = {}
-            raise FetchLocked(f"another fetch is writing {folder}: pid {holder.get('pid')} on "
-                              f"{holder.get('host')} since {holder.get('since')}; run this one "
-                              f"when it ends") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds")}).encode(), 0)
-        return fd
-
     def __exit__(self, *exc):
-        while self.fds:
-            fd = self.fds.pop()
-            try:
-                os.ftruncate(fd, 0)
-            except OSError:
-                pass
-            os.close(fd)  # closing the descriptor releases the flock
+        self.stack.close()
         return False
 
 

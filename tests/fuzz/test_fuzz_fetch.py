@@ -1,4 +1,4 @@
-"""Property-based fuzzing of fetch's and the lock's parsers of untrusted bytes (issue 22):
+"""Property-based fuzzing of fetch's and the lock's parsers of untrusted bytes:
 
 - lock files (`fetch/source_lock.py`): any lines, valid or not, give a list of one-line problems
   and nothing else, and never read outside the folder;
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from fuzz_budget import EXAMPLES, FUZZ  # tests/fuzz/ (no __init__.py) is on sys.path
 
-from proactivebench_builder.fetch import download, extract as extraction, source_lock
+from proactivebench_builder.fetch import download, extract as extraction, folder_state, source_lock
 from proactivebench_builder.fetch.download import Downloader, FileSpec
 from proactivebench_builder.fetch.plan import PlanError, plan
 
@@ -299,7 +299,7 @@ def test_a_file_gets_its_final_name_only_with_the_pinned_bytes(status, headers, 
     folder = tempfile.mkdtemp(prefix="fuzz-http-")
     try:
         if partial is not None:  # what an earlier run left to resume
-            part = os.path.join(folder, download.STATE_DIR, download.PARTIAL_DIR, "f.part")
+            part = os.path.join(folder, folder_state.STATE_DIR, folder_state.PARTIAL_DIR, "f.part")
             os.makedirs(os.path.dirname(part))
             with open(part, "wb") as handle:
                 handle.write((BODY + b"??????????")[:partial])

@@ -1,4 +1,4 @@
-"""Fuzzing what a build folder holds (issue #22): reports/build.json as the checker of build
+"""Fuzzing what a build folder holds: reports/build.json as the checker of build
 folders reads it, the dataset card's front matter, and `validate`'s per-row checks.
 
 Invariants: the checker returns problem lines (str), never raises, for any build.json (structured

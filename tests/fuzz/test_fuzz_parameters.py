@@ -1,4 +1,4 @@
-"""Fuzzing what the user hands a build (issue #22): `--set` values for every declared parameter,
+"""Fuzzing what the user hands a build: `--set` values for every declared parameter,
 scenario manifests (a plug-in's manifest is its author's text), predictions files (JSONL, CSV,
 Parquet) and keep lists.
 

@@ -1,5 +1,5 @@
-"""Property-based fuzzing of every reader of raw sources and of an imported upstream release
-(issue #22): QuickDraw lines (FileScan), the streaming COCO JSON reader, VSOD's labels CSV and
+"""Property-based fuzzing of every reader of raw sources and of an imported upstream release:
+QuickDraw lines (FileScan), the streaming COCO JSON reader, VSOD's labels CSV and
 annotation XML, ChangeIt's tables and annotations, MVP-N's list pickles, ROD's tar headers and
 the upstream JSONL import.
 

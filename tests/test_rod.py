@@ -209,8 +209,8 @@ def test_choices_come_from_the_seed():
 
 
 def extracted_copy(tmp_path, source):
-    """(sources root, ROD's folder) of a copy of the miniature whose archives are extracted
-    into `extracted/` and removed."""
+    """(sources root, ROD folder) of a copy of `source` whose archives are extracted into its
+    `extracted` folder and removed."""
     root = tmp_path / "src"
     copy = root / MANIFEST["source_subdir"]
     shutil.copytree(source, copy)
@@ -394,7 +394,7 @@ def test_a_sequence_split_across_archives_is_one_sample(tmp_path, source):
 
 
 def test_the_extracted_folder_is_read_in_lanes_of_whole_sequences(tmp_path, source):
-    root, copy = extracted_copy(tmp_path, source)
+    _, copy = extracted_copy(tmp_path, source)
     (copy / "extracted" / "notes.txt").write_bytes(b"not a photo")
     scenario = ROD(0, str(copy))
     units = scenario.list_units()

@@ -379,7 +379,7 @@ def built_files(folder: str) -> list[PlannedFile]:
     chosen.update({p: "shard" for paths in shards.values() for p in paths})
     chosen.update({p: "report" for p in files if p.startswith(REPORTS_DIR + "/")})
     planned = []
-    with phases.phase(f"hashing the {len(chosen):,} files to publish", total=len(chosen),
+    with phases.phase("hashing the files to publish", total=len(chosen),
                       unit="files") as step:
         for p, kind in sorted(chosen.items()):
             planned.append(built_file(p, folder, p, kind))

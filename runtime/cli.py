@@ -22,6 +22,7 @@ requests in flight at once (`Model.cancel`), so the run ends within a second wit
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,7 @@ from proactivebench_builder.runtime.predictions_schema import prediction_row
 PROG = "python -m proactivebench_builder.runtime"
 JUDGE_KINDS = ("openai:", "hf:")  # the adapters that generate text; policies only play
 MAX_CONCURRENCY = 256  # a thread per sample in flight: more only costs memory
+READ_AHEAD = 1  # samples whose frames are read per thread ahead: its next is ready when it is free
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -210,9 +212,25 @@ def open_ended_result(env, judge, config: str) -> dict:
 
 class UnplayableSample(CommandError):
     """A sample its environment refuses while it is played (a frame that does not decode, a
-    view too large): one line naming it; what was played so far is kept."""
+    view too large, a frame changed since it was checked): one line naming it; what was played
+    so far is kept."""
     exit_code = 2
     prefix = None
+
+
+def unplayable(args, config: str, sample, err: BaseException) -> UnplayableSample:
+    return UnplayableSample(f"--data {args.data}: sample {sample.row.get('key')!r} ({config}) "
+                            f"cannot be played: {err} (the results played so far are in "
+                            f"{args.results})")
+
+
+def raise_as_scenario_failure(err: Exception, config: str) -> None:
+    """Raise `err` as the one line of a ScenarioCodeError when the scenario's own code raised
+    it, else as it is (a bug of ours keeps its traceback)."""
+    line = scenario_code_failure(err, config)
+    if line is None:
+        raise err
+    raise ScenarioCodeError(line) from err
 
 
 def scenario_code_failure(err: BaseException, config: str) -> str | None:
@@ -222,18 +240,16 @@ def scenario_code_failure(err: BaseException, config: str) -> str | None:
     return None if cls is None else code_failure(err, cls)
 
 
-def rows_of(args, config: str, split: str, on_bad, keep) -> list[dict]:
-    """The rows of `config` to play; a scenario's own code that raises while they are read
-    (its frames' paths in an upstream-layout folder) is one line, its author's to fix."""
+def samples_of(args, config: str, split: str, on_bad, keep) -> list[loading.Sample]:
+    """The samples of `config` to play (checked, held without their frames); a scenario's own
+    code that raises while they are read (its frames' paths in an upstream-layout folder) is
+    one line, its author's to fix."""
     try:
-        return list(loading.iter_rows(args.data, config, split, on_bad, keep))
+        return list(loading.iter_samples(args.data, config, split, on_bad, keep))
     except (CommandError, OSError, SystemExit):
         raise
     except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
-        line = scenario_code_failure(err, config)
-        if line is None:
-            raise
-        raise ScenarioCodeError(line) from err
+        raise_as_scenario_failure(err, config)
 
 
 def show_progress(args) -> bool:
@@ -256,9 +272,9 @@ def evaluate(args) -> dict:
 def evaluate_alone(args, signature: dict) -> dict:
     # an unusable --results is refused before any work; other runs' lines are checked, not held
     found = results_file.read(args.results, keep=lambda line: of_this_run(line, signature))
-    samples = current_samples(args)  # {(config, key): (fingerprint, row)}
+    samples = current_samples(args)  # {(config, key): (fingerprint, sample)}
     done = reusable_results(found, signature, samples, args.first_round_only)
-    todo = [(config, row) for (config, key), (_, row) in samples.items()
+    todo = [(config, sample) for (config, key), (_, sample) in samples.items()
             if (config, key) not in done]
     model = load_model(args.model, **_model_options(args, args.model))
     judge = load_model(args.judge, **_model_options(args, args.judge)) \
@@ -277,31 +293,40 @@ def evaluate_alone(args, signature: dict) -> dict:
             tqdm(total=len(todo), desc=f"{signature['model_spec']} {args.mode}",
                  unit="sample", disable=not show_progress(args)) as bar, \
             ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
-        futures = [pool.submit(play_sample, row, config, args, model, judge)
-                   for config, row in todo]
+        def finish(config: str, sample: loading.Sample, future) -> None:
+            """Write the result of a sample played, in the order of `todo`."""
+            try:
+                result = dict(future.result())
+            except MalformedRecord as err:
+                raise unplayable(args, config, sample, err) from err
+            except (CommandError, OSError):
+                raise
+            except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
+                raise_as_scenario_failure(err, config)
+            result.setdefault("config", None)
+            # Prediction lines keep exactly the filter's schema (no run fields).
+            out.write(result if args.first_round_only else {
+                **signature, **result,
+                SAMPLE_FINGERPRINT: samples[(config, sample.row.get("key"))][0]})
+            bar.update(1)
+
+        # Frames are read here, in todo's (shard) order, for the samples in play: those the
+        # threads play and READ_AHEAD per thread queued behind them. Nothing more is held.
+        in_play = collections.deque()
         try:
-            for (config, row), future in zip(todo, futures):
+            for config, sample in todo:
                 try:
-                    result = dict(future.result())
-                except MalformedRecord as err:
-                    raise UnplayableSample(
-                        f"--data {args.data}: sample {row.get('key')!r} ({config}) cannot be "
-                        f"played: {err} (the results played so far are in {args.results})"
-                    ) from err
-                except (CommandError, OSError):
-                    raise
-                except Exception as err:  # noqa: BLE001 - a scenario's own code, or a bug
-                    line = scenario_code_failure(err, config)
-                    if line is None:
-                        raise
-                    raise ScenarioCodeError(line) from err
-                result.setdefault("config", None)
-                # Prediction lines keep exactly the filter's schema (no run fields).
-                line = result if args.first_round_only else {
-                    **signature, **result,
-                    SAMPLE_FINGERPRINT: samples[(config, row.get("key"))][0]}
-                out.write(line)
-                bar.update(1)
+                    row = sample.playable()
+                except loading.BadRecord as err:  # changed since it was checked
+                    while in_play:
+                        finish(*in_play.popleft())
+                    raise unplayable(args, config, sample, err) from err
+                in_play.append((config, sample,
+                                pool.submit(play_sample, row, config, args, model, judge)))
+                if len(in_play) >= args.concurrency * (1 + READ_AHEAD):
+                    finish(*in_play.popleft())
+            while in_play:
+                finish(*in_play.popleft())
         except BaseException:  # Ctrl-C or a failing model: drop the queued samples, so only
             stop_requests()     # those in flight are waited for, and end those at once
             pool.shutdown(wait=False, cancel_futures=True)
@@ -319,13 +344,20 @@ MAX_NAMED = 20  # bad rows named one line each; the rest counted
 
 
 def current_samples(args) -> dict:
-    """{(config, key): (fingerprint, row)} of what this run plays; refuses, before any work, a
-    run that would play nothing (and says why), and data holding rows that cannot be played
-    (each named in one line on stderr: nothing of such data is played)."""
+    """{(config, key): (fingerprint, loading.Sample)} of what this run plays (each row held
+    without its frames, read again when it is played); refuses, before any work, a run that
+    would play nothing (and says why), and data holding rows that cannot be played (each named
+    in one line on stderr: nothing of such data is played)."""
     if args.split == "unfiltered" and loading.data_kind(args.data) == loading.UPSTREAM:
         raise SystemExit(f"--split unfiltered: --data {args.data} is an upstream-layout folder, "
                          "which holds one split (what was exported); the unfiltered pool is "
                          "in the build folder (or on the Hub)")
+    if args.all_records and loading.data_kind(args.data) != loading.UPSTREAM:
+        # refused rather than ignored: the run would spend a model's time on the test split
+        # while its user asked for every record
+        raise SystemExit(f"--all_records: --data {args.data} is not an upstream-layout folder; "
+                         "--all_records is for one (the release's test/ folder), and a build "
+                         "folder's (or the Hub's) whole pool is --split unfiltered")
     configs = selected_configs(args)
     if not configs:
         raise SystemExit(f"nothing to evaluate: {why_no_configs(args)}")
@@ -339,13 +371,14 @@ def current_samples(args) -> dict:
     keep, note = released_keep(args, configs, split)
     for config in configs:
         with phases.phase(f"reading the {split} split of {config} from {args.data}"):
-            rows = rows_of(args, config, split, on_bad, keep.get(config) if keep else None)
+            found = samples_of(args, config, split, on_bad,
+                               keep.get(config) if keep else None)
         if args.mode == "oeg" and args.oeg_samples:
-            rows = open_ended.oeg_subset(sorted(rows, key=lambda r: r["id"]), args.seed,
-                                         args.oeg_samples)
-        for row in rows:
-            samples[(config, row.get("key"))] = (row_fingerprint(row, args.first_round_only),
-                                                 row)
+            found = open_ended.oeg_subset(sorted(found, key=lambda s: s.row["id"]), args.seed,
+                                          args.oeg_samples)
+        for sample in found:
+            samples[(config, sample.row.get("key"))] = (
+                row_fingerprint(sample.row, args.first_round_only), sample)
     if bad:
         more = f", {len(bad) - MAX_NAMED} more not shown" if len(bad) > MAX_NAMED else ""
         raise SystemExit(f"--data {args.data}: {len(bad)} records cannot be played (named "

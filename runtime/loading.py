@@ -1,4 +1,9 @@
-"""Loading a built split as rows the environments take (`frames` + `frame_ids` inside each row).
+"""Loading a built split as the samples `evaluate` plays: each a checked row held without its
+frames' bytes, and how to read them again when it is played (`Sample`), so that memory holds
+what is in play, never every frame of the split (a release of ~1.8 MB frames would need tens of
+GB, and ~80k separately allocated frames pass the kernel's per-process mapping limit).
+`iter_rows` gives the rows with their frames (`frames` + `frame_ids` inside each row), as the
+environments take them.
 
 Three sources, told apart by what a folder says of itself (`data_kind`):
 - a build folder (our output): `DIR/reports/build.json` decides, whatever else lies in DIR (a
@@ -10,8 +15,8 @@ Three sources, told apart by what a folder says of itself (`data_kind`):
   decoded to PIL images, which the environments accept); a Hub that cannot be reached (offline
   mode, no network, an endpoint that does not answer) is one line;
 - the upstream layout (`DIR/<config>_preprocessed.jsonl` + image files, e.g. our
-  `DIR/upstream/` export or the released `test/` folder): each record's frames are read once
-  from the files its template names, filled with upstream's slot rules, and attached to the row.
+  `DIR/upstream/` export or the released `test/` folder): each record's frames are read from
+  the files its template names, filled with upstream's slot rules.
   As upstream's loader, records with `strong_occlusions == False` are skipped. Upstream's FILTER
   (the released keep list, `core.released`) is applied when the caller asks (`keep_ids`):
   `evaluate` does for a folder whose records hold the released split (`released_split`: every
@@ -24,7 +29,11 @@ Three sources, told apart by what a folder says of itself (`data_kind`):
 
 Every row, from any source, is checked before it is played (`runtime.row_check`): a row that
 breaks the record contract or its scenario's rules is named in one line (the JSONL file and
-line, or the config and key), never played and never a traceback.
+line, or the config and key), never played and never a traceback. The frames are read for those
+checks and let go; when a sample is played they are read again (`Sample.read_frames`): a
+build folder's by shard, row group and index (the row group last read is kept: samples are
+played in shard order), a Hub dataset's by index, an upstream folder's from their files, checked
+again. What changed since (a frame file, a shard's rows) is a BadRecord naming it.
 
 Every config found in the data is played when a registered scenario declares it (its module's
 `environment`); the others are named on stderr with the reason, never dropped silently.
@@ -32,6 +41,7 @@ Every config found in the data is played when a registered scenario declares it 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import io
@@ -40,10 +50,11 @@ import logging
 import os
 import string
 import sys
+import threading
 import urllib.error
 import urllib.request
 import warnings
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -198,30 +209,55 @@ def available_configs(data: str) -> list[str]:
     return transforms.config_order(playable)
 
 
-def iter_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None,
-              keep_ids: frozenset[int] | None = None) -> Iterator[dict]:
-    """The checked rows of a split of `config` in `data` (any of the three sources). A row that
-    cannot be played is passed to `on_bad(where, reason)` and skipped, or, without `on_bad`,
-    raises UsageError naming it. `keep_ids` (an upstream-layout folder): only the records with
-    those ids, as upstream's loader applies its FILTER."""
+class Sample(NamedTuple):
+    """A checked row held without its frames (`row` has no `frames`) and how to read them again
+    when it is played: `read_frames()` gives the row's `frames`, or raises BadRecord naming
+    what changed since the row was checked."""
+    row: dict
+    read_frames: Callable[[], list]
+
+    def playable(self) -> dict:
+        """The row with its frames, as the environments take it."""
+        return {**self.row, "frames": self.read_frames()}
+
+
+def iter_samples(data: str, config: str, split: str = "test", on_bad: OnBad = None,
+                 keep_ids: frozenset[int] | None = None) -> Iterator[Sample]:
+    """The checked samples of a split of `config` in `data` (any of the three sources). A row
+    that cannot be played is passed to `on_bad(where, reason)` and skipped, or, without
+    `on_bad`, raises UsageError naming it. `keep_ids` (an upstream-layout folder): only the
+    records with those ids, as upstream's loader applies its FILTER."""
     kind = data_kind(data)
     if kind == UPSTREAM:
-        yield from iter_upstream_rows(data, config, on_bad, keep_ids)
+        yield from upstream_samples(data, config, on_bad, keep_ids)
     elif kind == BUILD:
-        yield from iter_parquet_rows(data, config, split, on_bad)
+        yield from parquet_samples(data, config, split, on_bad)
     else:
-        yield from iter_hub_rows(data, config, split, on_bad)
+        yield from hub_samples(data, config, split, on_bad)
+
+
+def iter_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None,
+              keep_ids: frozenset[int] | None = None) -> Iterator[dict]:
+    """`iter_samples`, each row with its frames: one row's frames in memory at a time."""
+    for sample in iter_samples(data, config, split, on_bad, keep_ids):
+        yield sample.playable()
 
 
 def _checked(rows, config: str, on_bad: OnBad, where: Callable[[int, dict], str]):
-    """Each row once row_check passes it; a bad one reported (`on_bad`) or raised."""
+    """(index, row) of each row once row_check passes it; a bad one reported (`on_bad`) or
+    raised."""
     for index, row in enumerate(rows):
         try:
             row_check.check(row, config)
         except BadRecord as err:
             _bad(on_bad, where(index, row), str(err))
             continue
-        yield row
+        yield index, row
+
+
+def _without_frames(row: dict) -> dict:
+    row.pop("frames", None)
+    return row
 
 
 def _bad(on_bad: OnBad, where: str, reason: str) -> None:
@@ -258,21 +294,72 @@ def listed_shards(data: str, config: str, split: str = "test") -> list[str]:
         f["path"] for f in files if f["config"] == config and f["split"] == shard_set)]
 
 
-def iter_parquet_rows(data: str, config: str, split: str = "test", on_bad: OnBad = None
-                      ) -> Iterator[dict]:
+def parquet_samples(data: str, config: str, split: str = "test", on_bad: OnBad = None
+                    ) -> Iterator[Sample]:
+    frames = ParquetFrames(data)
     for relative in listed_shards(data, config, split):
         where = f"--data {data}: {relative}"
         try:
             with open_inside(data, relative) as handle:
                 parquet = pq.ParquetFile(handle)
+                columns = columns_but_frame_bytes(parquet)
                 for group in range(parquet.num_row_groups):
-                    rows = parquet.read_row_group(group).to_pylist()
-                    yield from _checked(rows, config, on_bad,
-                                        lambda i, row: f"{where}: row {row.get('key')!r}")
+                    rows = parquet.read_row_group(group, columns=columns).to_pylist()
+                    for index, row in _checked(rows, config, on_bad,
+                                               lambda i, row: f"{where}: row {row.get('key')!r}"):
+                        yield Sample(_without_frames(row), functools.partial(
+                            frames.read, relative, group, index, row.get("key")))
         except Outside as err:
             raise UsageError(f"--data {data}: {err}") from None
         except (OSError, pa.ArrowException) as err:
             raise UsageError(f"{where}: {_os_reason(err)}") from None
+
+
+FRAMES = "frames"
+
+
+def columns_but_frame_bytes(parquet: pq.ParquetFile) -> list[str] | None:
+    """The columns a row is checked on: all but the frames' image bytes, whose other leaves
+    (their paths) still give one item per frame, as the checks count them. None (every column)
+    when the frames have no other leaf."""
+    leaves = [parquet.schema.column(i).path for i in range(len(parquet.schema))]
+    frame_leaves = [p for p in leaves if p.startswith(FRAMES + ".") and
+                    not p.endswith(".bytes")]
+    if FRAMES in parquet.schema_arrow.names and not frame_leaves:
+        return None
+    return [n for n in parquet.schema_arrow.names if n != FRAMES] + frame_leaves
+
+
+class ParquetFrames:
+    """The frames of a build folder's rows, read again when a sample is played: by shard, row
+    group and index, a row group at a time. The last row group read is kept, as samples are
+    played in shard order (one thread reads them, ahead of the threads that play)."""
+
+    def __init__(self, data: str):
+        self.data = data
+        self._lock = threading.Lock()
+        self._group: tuple[str, int] | None = None
+        self._keys = self._frames = None
+
+    def read(self, relative: str, group: int, index: int, key) -> list:
+        with self._lock:
+            if self._group != (relative, group):
+                self._group = self._keys = self._frames = None  # let the last one go first
+                self._keys, self._frames = self._read_group(relative, group)
+                self._group = (relative, group)
+            keys, frames = self._keys, self._frames
+        if index >= len(keys) or keys[index].as_py() != key:
+            raise BadRecord(f"{relative} changed since it was checked (row {key!r} is no longer "
+                            f"row {index} of row group {group})")
+        return frames[index].as_py()
+
+    def _read_group(self, relative: str, group: int):
+        try:
+            with open_inside(self.data, relative) as handle:
+                table = pq.ParquetFile(handle).read_row_group(group, columns=["key", FRAMES])
+        except (OSError, pa.ArrowException) as err:
+            raise BadRecord(f"{relative}: {_os_reason(err)}") from None
+        return table.column("key"), table.column(FRAMES)
 
 
 def open_inside(root: str, relative: str):
@@ -308,8 +395,8 @@ def _os_reason(err: BaseException) -> str:
 
 # ---- a Hub dataset -------------------------------------------------------------------------------
 
-def iter_hub_rows(dataset_id: str, config: str, split: str = "test", on_bad: OnBad = None
-                  ) -> Iterator[dict]:
+def hub_samples(dataset_id: str, config: str, split: str = "test", on_bad: OnBad = None
+                ) -> Iterator[Sample]:
     try:
         import datasets
         with quiet_hub():
@@ -322,9 +409,21 @@ def iter_hub_rows(dataset_id: str, config: str, split: str = "test", on_bad: OnB
         raise hub_error(dataset_id, err) from None
     where = f"--data {dataset_id}: {config}"
     try:
-        yield from _checked(dataset, config, on_bad, lambda i, row: f"{where} row {i}")
-    except (OSError, ValueError, Image.DecompressionBombError) as err:  # a frame it decodes
+        for index, row in _checked(dataset, config, on_bad, lambda i, row: f"{where} row {i}"):
+            yield Sample(_without_frames(row), functools.partial(hub_frames, dataset, index))
+    except HUB_FRAME_ERRORS as err:
         raise UsageError(f"{where}: {type(err).__name__}: {err}") from None
+
+
+HUB_FRAME_ERRORS = (OSError, ValueError, Image.DecompressionBombError)  # a frame it decodes
+
+
+def hub_frames(dataset, index: int) -> list:
+    """The frames of row `index` of a loaded Hub dataset (memory-mapped: read when asked)."""
+    try:
+        return dataset[index][FRAMES]
+    except HUB_FRAME_ERRORS as err:
+        raise BadRecord(f"row {index}: {type(err).__name__}: {err}") from None
 
 
 @contextlib.contextmanager
@@ -438,18 +537,24 @@ def image_problem(data: bytes, name: str) -> str | None:
     return None
 
 
-def attach_frames(record: dict, config: str, data_dir: str) -> dict:
-    """The checked row of an upstream record, its frames read from the files its template
-    names; BadRecord naming the first thing wrong."""
-    row = row_check.contract_row(record)
+def checked_upstream_row(record: dict, config: str, data_dir: str) -> tuple[dict, list[str]]:
+    """The checked row of an upstream record (without frames) and its frames' paths, each frame
+    file read and checked (not kept); BadRecord naming the first thing wrong."""
+    row = _without_frames(row_check.contract_row(record))
     row_check.check_fields(row)
     ids = row["frame_ids"] if row["frame_ids"] is not None else \
         row_check.reachable_ids(row, config)
     row.update(frame_ids=list(ids), key=row["key"] or f"{config}/{row['id']}")
     row_check.check(row, config)  # before any file is opened
     paths = [frame_path(row, config, image_id) for image_id in ids]
-    row["frames"] = [{"bytes": read_frame(data_dir, path), "path": path} for path in paths]
-    return row
+    for path in paths:
+        read_frame(data_dir, path)
+    return row, paths
+
+
+def upstream_frames(data_dir: str, paths: list[str]) -> list[dict]:
+    """The frames of an upstream record, read (and checked) again from their files."""
+    return [{"bytes": read_frame(data_dir, path), "path": path} for path in paths]
 
 
 def upstream_lines(data_dir: str, config: str) -> Iterator[tuple[int, bytes | None]]:
@@ -466,8 +571,8 @@ def upstream_lines(data_dir: str, config: str) -> Iterator[tuple[int, bytes | No
         yield from fileio.numbered_lines(handle, MAX_LINE_BYTES, skip_bom=True)
 
 
-def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None,
-                       keep_ids: frozenset[int] | None = None) -> Iterator[dict]:
+def upstream_samples(data_dir: str, config: str, on_bad: OnBad = None,
+                     keep_ids: frozenset[int] | None = None) -> Iterator[Sample]:
     name = upstream_jsonl_name(config)
     for number, raw in upstream_lines(data_dir, config):
         try:
@@ -477,9 +582,11 @@ def iter_upstream_rows(data_dir: str, config: str, on_bad: OnBad = None,
             if keep_ids is not None and not (type(record.get("id")) is int
                                              and record["id"] in keep_ids):
                 continue  # not in the released split (its frames are never read)
-            yield attach_frames(record, config, data_dir)
+            row, paths = checked_upstream_row(record, config, data_dir)
         except BadRecord as err:
             _bad(on_bad, f"--data {data_dir}: {name} line {number}", str(err))
+            continue
+        yield Sample(row, functools.partial(upstream_frames, data_dir, paths))
 
 
 def upstream_ids(data_dir: str, config: str) -> list[tuple[int, object]]:

@@ -103,8 +103,12 @@ def check_apart(path: str, data: str) -> None:
 
 
 def check_usable(path: str) -> None:
-    """`path` is a regular file or absent (a FIFO, a device, a folder: one line), checked
-    before the run's lock is made beside it."""
+    """`path` is a local regular file or absent (a URL, a FIFO, a device, a folder: one line),
+    checked before the run's lock is made beside it."""
+    if "://" in path:  # a local path would be made of it: ./s3:/bucket/...
+        raise UsageError(f"--results {path}: a results file is a local file (it is appended to "
+                         "as samples finish and locked while a run writes it); give a local "
+                         "path, and copy it to the store once the run ends")
     try:
         fileio.open_local_regular(path).close()
     except FileNotFoundError:

@@ -595,7 +595,7 @@ def test_frame_files_that_cannot_be_read_are_named(qd_build, tmp_path, kind, wha
     elif kind == "jpeg-named-png":
         Image.new("RGB", (8, 8)).save(frame, format="JPEG")
     done = run_cli("--data", folder, "--model", "oracle", "--scenarios", "quickdraw",
-                   "--results", str(tmp_path / "r.jsonl"), timeout=120)
+                   "--no_progress", "--results", str(tmp_path / "r.jsonl"), timeout=120)
     lines = refused(done.stderr)
     assert done.returncode == 2 and len(lines) == 2, done.stderr
     assert f"{JSONL} line 1: frame QuickDraw/" in lines[0] and what in lines[0], lines[0]
@@ -787,7 +787,7 @@ def test_a_frame_that_does_not_decode_is_one_line_naming_the_sample(build_copy, 
 def test_a_hub_id_offline_is_one_line(tmp_path, scenarios):
     """Before: a one-line note, then a ConnectionError (OfflineModeIsEnabled) traceback."""
     done = run_cli("--data", "someone/ProactiveBench", "--model", "oracle", *scenarios,
-                   "--results", str(tmp_path / "r.jsonl"),
+                   "--no_progress", "--results", str(tmp_path / "r.jsonl"),
                    env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     line = one_line(done.stderr)
     assert done.returncode == 2 and "--data someone/ProactiveBench: " in line
@@ -832,6 +832,18 @@ def test_split_unfiltered_on_an_upstream_folder_is_refused(qd_build, tmp_path, c
     status, _, err = evaluate(capsys, "--data", os.path.join(qd_build, "upstream"), *QD,
                               "--split", "unfiltered", "--results", str(tmp_path / "r.jsonl"))
     assert status == 2 and "is an upstream-layout folder, which holds one split" in one_line(err)
+
+
+def test_all_records_on_a_build_folder_is_refused(qd_build, tmp_path, capsys):
+    """--all_records selects records of an upstream-layout folder; on a build folder it was
+    ignored without a word (the test split played). Refused in one line, naming the flag that
+    plays a build's whole pool, with nothing written."""
+    results = tmp_path / "r.jsonl"
+    status, _, err = evaluate(capsys, "--data", qd_build, *QD, "--all_records",
+                              "--results", str(results))
+    line = one_line(err)
+    assert status == 2 and "--all_records is for one" in line and "--split unfiltered" in line
+    assert not results.exists() or not results.read_text()
 
 
 # ---- model and judge endpoints (inventory J) ----------------------------------------------------

@@ -110,9 +110,11 @@ def build_argv(tmp_path, output) -> list[str]:
 
 @pytest.fixture(scope="module")
 def broken_build(broken_plugin, tmp_path_factory) -> str:
-    """A build of the plug-in whose code raised nowhere (for the commands that read one)."""
+    """A build of the plug-in whose code raised nowhere, with its upstream export (for the
+    commands that read one)."""
     where = tmp_path_factory.mktemp("built")
-    status, err = command(broken_plugin, where, build_argv(where, where / "out"))
+    status, err = command(broken_plugin, where, [*build_argv(where, where / "out"),
+                                                 "--upstream_export"])
     assert status == 0, err
     return str(where / "out")
 

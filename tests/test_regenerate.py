@@ -243,15 +243,19 @@ def test_route_1_points_at_the_test_folder(tmp_path, release, capsys):
 def test_route_1_build_fails_when_a_record_of_the_release_cannot_be_read(tmp_path, release,
                                                                          capsys):
     """The records count right, but a frame is missing (an archive not unzipped): the build
-    fails naming the count it reached, rather than publishing a smaller split."""
+    fails naming the count it reached and the first file it could not import, and says to
+    replace it, rather than publishing a smaller split."""
     copy = str(tmp_path / "test")
     shutil.copytree(release, copy)
     os.remove(os.path.join(copy, ROD, "natural_redbl_greenr-orange-s3.jpg"))
     assert build_cli(f"--output={tmp_path / 'out'}", "--scenarios=rod",
                      f"--import_upstream={copy}", "--keep_list=released",
                      "--max_bad_fraction=1") == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{ROD}: the build keeps 44 samples where the release keeps 88" in err
+    assert "the first that could not be imported: " in err and "orange" in err, err
+    assert "replace the release's files named in reports/dead_letters.jsonl" in err
+    assert "without the filter" not in err
 
 
 # ---- route 2: labels only the release holds --------------------------------------------------------

@@ -90,3 +90,15 @@ def test_a_results_file_inside_the_data_folder_is_refused(built_miniature, capsy
                            "--results", inside, *QD)
     assert status == 2 and len(err) == 1 and "is inside --data" in err[0], err
     assert not os.path.exists(inside)
+
+
+def test_a_results_url_is_refused_in_one_line(built_miniature, tmp_path, capsys, monkeypatch):
+    """--results s3://... would be written as a local folder named `s3:`: refused before any
+    work, nothing written."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    status, err = evaluate(capsys, "--data", built_miniature, "--model", "oracle",
+                           "--results", "s3://bucket/results.jsonl", *QD)
+    assert status == 2 and len(err) == 1 and "a results file is a local file" in err[0], err
+    assert os.listdir(tmp_path) == []

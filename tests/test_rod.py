@@ -208,7 +208,9 @@ def test_choices_come_from_the_seed():
     assert picks(a) != picks(b)          # another seed, other choices
 
 
-def test_extracted_folder_gives_the_same_samples(tmp_path, rows, source):
+def extracted_copy(tmp_path, source):
+    """(sources root, ROD folder) of a copy of `source` whose archives are extracted into its
+    `extracted` folder and removed."""
     root = tmp_path / "src"
     copy = root / MANIFEST["source_subdir"]
     shutil.copytree(source, copy)
@@ -217,6 +219,11 @@ def test_extracted_folder_gives_the_same_samples(tmp_path, rows, source):
             with tarfile.open(copy / name) as tar:
                 tar.extractall(copy / "extracted", filter="data")
             os.remove(copy / name)
+    return root, copy
+
+
+def test_extracted_folder_gives_the_same_samples(tmp_path, rows, source):
+    root, copy = extracted_copy(tmp_path, source)
     output = str(tmp_path / "out")
     report = run(output, str(root), "rod")
     assert report["scenarios"]["rod"]["samples"] == 4
@@ -387,14 +394,7 @@ def test_a_sequence_split_across_archives_is_one_sample(tmp_path, source):
 
 
 def test_the_extracted_folder_is_read_in_lanes_of_whole_sequences(tmp_path, source):
-    root = tmp_path / "src"
-    copy = root / MANIFEST["source_subdir"]
-    shutil.copytree(source, copy)
-    for name in sorted(os.listdir(copy)):
-        if name.endswith(".tar.gz"):
-            with tarfile.open(copy / name) as tar:
-                tar.extractall(copy / "extracted", filter="data")
-            os.remove(copy / name)
+    _, copy = extracted_copy(tmp_path, source)
     (copy / "extracted" / "notes.txt").write_bytes(b"not a photo")
     scenario = ROD(0, str(copy))
     units = scenario.list_units()

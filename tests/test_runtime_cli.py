@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -184,8 +185,8 @@ def test_metrics_table():
 def test_upstream_layout_rows_match_parquet_rows(built_miniature):
     upstream = f"{built_miniature}/upstream"
     for config in loading.available_configs(upstream):
-        parquet = {r["key"]: r for r in loading.iter_parquet_rows(built_miniature, config)}
-        for row in loading.iter_upstream_rows(upstream, config):
+        parquet = {r["key"]: r for r in loading.iter_rows(built_miniature, config)}
+        for row in loading.iter_rows(upstream, config):
             twin = parquet[row["key"]]
             assert row["frame_ids"] == twin["frame_ids"]
             assert [f["bytes"] for f in row["frames"]] == [f["bytes"] for f in twin["frames"]]
@@ -231,6 +232,119 @@ def test_oeg_with_policy_judge(built_miniature, tmp_path):
     result = cli.play_sample(rows[0], "QuickDraw", args, load_model("oracle"), Judge())
     assert result["valid_answers"].startswith("Add more details to the drawing, ")
     assert result["proactive_suggestion"] == 1 and result["aggregate"] == 1
+
+
+# What evaluate holds while it reads its data: a QuickDraw record whose every frame is large.
+SKETCH = {"image_template": "QuickDraw/sketch/{image}.png", "first_image": 0, "num_images": 4,
+          "reference_image": 3, "frame_ids": [0, 1, 2, 3],
+          "prompt": "What object is being drawn here?",
+          "options": ["I cannot tell.", "Extend the sketch with more strokes."],
+          "categories": ["Pig.", "The eiffel tower.", "Whale.", "Sailboat."],
+          "answer": "The eiffel tower."}
+FRAME_SIDE = 384  # noise: a PNG of ~150 KB that does not compress
+
+
+def _large_frame() -> bytes:
+    import io
+    import random
+    noise = random.Random(0).randbytes(FRAME_SIDE * FRAME_SIDE)
+    out = io.BytesIO()
+    Image.frombytes("L", (FRAME_SIDE, FRAME_SIDE), noise).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _sketches(count: int) -> list[dict]:
+    return [{**SKETCH, "id": n, "key": f"QuickDraw/sketch/{n}",
+             "image_template": f"QuickDraw/sketch{n}/{{image}}.png"} for n in range(count)]
+
+
+def _upstream_folder(root, count: int, frame: bytes) -> str:
+    lines = []
+    for record in _sketches(count):
+        for image_id in record["frame_ids"]:
+            path = root / loading.fill_template(record, "QuickDraw", image_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(frame)
+        lines.append(json.dumps(record) + "\n")
+    (root / "QuickDraw_preprocessed.jsonl").write_text("".join(lines))
+    return str(root)
+
+
+def _build_folder(root, count: int, frame: bytes) -> str:
+    """A build folder's test shard of `count` rows (row groups of 4), listed in build.json
+    (what loading reads; check_data's digests are not what this is about)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from proactivebench_builder.core import records
+    rows = [{**records.empty_row(), **record, "question_type": "mcqa",
+             "frames": [{"bytes": frame, "path": loading.fill_template(record, "QuickDraw", i)}
+                        for i in record["frame_ids"]]} for record in _sketches(count)]
+    shard = "QuickDraw/test-00000-of-00001.parquet"
+    (root / "QuickDraw").mkdir(parents=True)
+    schema = records.arrow_schema()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / shard, row_group_size=4)
+    (root / "reports").mkdir()
+    (root / "reports" / "build.json").write_text(json.dumps(
+        {"status": "ok", "files": [{"path": shard, "config": "QuickDraw", "split": "test"}]}))
+    return str(root)
+
+
+@pytest.mark.parametrize("make_folder", [_upstream_folder, _build_folder])
+def test_the_samples_read_hold_no_frames_of_the_split(make_folder, tmp_path):
+    """evaluate reads its data before playing anything, and held every frame of the split (the
+    release's would need tens of GB). Now what the samples read hold stays flat as the split
+    grows: each frame is read to be checked and let go, and read again when played. (Held, not
+    peak, memory is measured: reading a file under a size limit allocates the limit for a
+    moment, untouched, which would hide what is held.)"""
+    import tracemalloc
+    frame = _large_frame()
+
+    def held_after_reading(count: int) -> int:
+        data = make_folder(tmp_path / f"data{count}", count, frame)
+        args = cli.parse_args(["evaluate", "--data", data, "--model", "oracle", "--no_progress",
+                               "--results", str(tmp_path / f"r{count}.jsonl")])
+        tracemalloc.start()
+        try:
+            samples = cli.current_samples(args)
+            held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert len(samples) == count
+        return held
+
+    held_after_reading(2)  # imports and caches filled before anything is measured
+    small, large = held_after_reading(4), held_after_reading(24)
+    assert large - small < 4 * len(frame), (small, large)  # 80 frames more, not one row's worth
+    row = next(loading.iter_rows(make_folder(tmp_path / "again", 1, frame), "QuickDraw"))
+    assert [f["bytes"] for f in row["frames"]] == [frame] * 4  # played with its frames
+
+
+def test_frames_changed_after_their_check_are_named_when_played(tmp_path, monkeypatch, capsys):
+    """Frames are read again when a sample is played: a frame file gone since the check, or a
+    shard whose rows moved, is one line naming the sample; the samples before it are written."""
+    frame = _large_frame()
+    build = _build_folder(tmp_path / "build", 8, frame)
+    samples = list(loading.iter_samples(build, "QuickDraw"))
+    shard = f"{build}/QuickDraw/test-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(shard).take(list(range(7, -1, -1))), shard, row_group_size=4)
+    with pytest.raises(loading.BadRecord, match="changed since it was checked"):
+        samples[0].read_frames()
+
+    data = _upstream_folder(tmp_path / "upstream", 4, frame)
+    reading = cli.current_samples
+
+    def then_a_frame_goes(args):
+        found = reading(args)
+        os.remove(os.path.join(data, "QuickDraw/sketch2", "0000.png"))
+        return found
+    monkeypatch.setattr(cli, "current_samples", then_a_frame_goes)
+    results = tmp_path / "r.jsonl"
+    status = cli.main(["evaluate", "--data", data, "--model", "oracle", "--no_progress",
+                       "--results", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and "sample 'QuickDraw/sketch/2' (QuickDraw) cannot be played" in err
+    assert "frame QuickDraw/sketch2/0000.png: No such file" in err, err
+    assert [r["key"] for r in read_jsonl(results)] == ["QuickDraw/sketch/0", "QuickDraw/sketch/1"]
 
 
 # ---- what the tester found (one test each) ----------------------------------------------------

@@ -25,7 +25,7 @@ from proactivebench_builder.core.cli import stop_reason
 from proactivebench_builder.core.config import NO_FILTER, BuildConfig
 from proactivebench_builder.core.errors import (
     BuildFailed, CommandError, OutputError, SourceError, StoreFailed, UsageError)
-from proactivebench_builder.core.layout import BUILD_REPORT, FAILURES, FILTER_REPORT
+from proactivebench_builder.core.layout import BUILD_REPORT, DEAD_LETTERS, FAILURES, FILTER_REPORT
 from proactivebench_builder.filters.coverage import coverage_message
 from proactivebench_builder.filters.selection import selection_inputs
 from proactivebench_builder.pipeline import beam_compat, failures, progress, row_store
@@ -206,7 +206,7 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
     filters = None
     if config.selection.mode != NO_FILTER:
         filters = json.loads(fileio.read_bytes(fileio.join(output, FILTER_REPORT)))
-        check_filter_errors(filters["scenarios"], output)
+        check_filter_errors(filters["scenarios"], output, imported=bool(config.import_upstream))
     print(summary_table(report["scenarios"]))
     if report.get("stand_ins"):  # the console says what the card's title says
         LOG.info("not the benchmark: %s (README: Regenerating the benchmark)",
@@ -237,16 +237,23 @@ def build_and_check(options, opts, config: BuildConfig, local: bool, show_progre
     return report
 
 
-def check_filter_errors(scenarios: dict, output: str) -> None:
+def check_filter_errors(scenarios: dict, output: str, imported: bool = False) -> None:
     """The pool step reports predictions or a keep-list that cannot filter its pool as a value
     (filters/selection.py); the build then fails with those messages. The folder is then marked
     failed, and nothing (evaluate, validate, publish) reads a failed folder's pool, so the way
-    on is said: build the pool first, without the filter."""
+    on is said: build the pool first, without the filter; for an import, the release's own
+    files that could not be read are the way on (the first one named)."""
     failed = [f for _, f in sorted(scenarios.items()) if f.get("error")]
     coverage = [f["error"] for f in failed if f.get("error_kind") == "coverage"]
     errors = [f["error"] for f in failed if f.get("error_kind") != "coverage"]
     if coverage:
         errors.append(coverage_message(coverage).replace("--data DIR", f"--data {output}"))
+    if errors and imported:
+        first = first_dead_letter(output)
+        raise BuildFailed("cannot filter: " + " ".join(errors) + " (" + (
+            f"the first that could not be imported: {first}; " if first else "") +
+            "replace the release's files named in reports/dead_letters.jsonl with good copies "
+            "(unzip its archives again), then run the same import again)")
     if errors:
         raise BuildFailed("cannot filter: " + " ".join(errors) + " (nothing reached the test "
                           f"split, and {output} is marked failed, so nothing reads its pool: "
@@ -263,6 +270,19 @@ def check_something_read(scenarios: dict, built: list[str]) -> None:
                           "value (a scenario's read_unit yields self.count(\"raw_items\") once "
                           "per raw item, then its candidate or dead letter; "
                           "docs/adding_a_scenario.md), or its source holds none")
+
+
+def first_dead_letter(output: str) -> str | None:
+    """The first dead letter's path and reason in the build's report ("path: reason")."""
+    try:
+        with fileio.open_source(fileio.join(output, DEAD_LETTERS)) as handle:
+            for _, raw in fileio.numbered_lines(handle, 1 << 16):
+                letter = json.loads(raw) if raw else None
+                if isinstance(letter, dict) and letter.get("path"):
+                    return f"{letter['path']}: {letter.get('reason')}"
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def check_bad_fraction(scenarios: dict, limit: float) -> None:

@@ -240,7 +240,7 @@ def check_upstream(config: str, data: bytes, answers: list[str]) -> None:
     bad, rows = [], []
     _OPENED = []
     try:
-        rows = list(loading.iter_upstream_rows(FOLDER, config, lambda w, r: bad.append(r)))
+        rows = list(loading.iter_rows(FOLDER, config, "test", lambda w, r: bad.append(r)))
     except UsageError as err:  # the JSONL itself (not a line of it) cannot be read
         assert "\n" not in str(err.code)
     finally:

@@ -11,8 +11,8 @@ CONFIG = "Realistic-Occlusion-Dataset"
 # move that led there was LEFT, else by "s7", so no episode ever shows it.
 PATCHED_FRAME = "natural_bluebl_greenr-banana-s6"
 PATCH_WHY = ("upstream's ROD environment shows s5 in its place when LEFT led there, else s7 "
-             "(its _fix_corruptions): the release lacks this photo (the raw dataset holds 1,231 "
-             "of the 1,232)")
+             "(its _fix_corruptions), so the photo is never read: the release probably lacks "
+             "it (the raw dataset holds 1,231 of the 1,232), and a copy it holds is not used")
 
 # Option templates: the occluder's description comes from the manifest's `occluders` map.
 MOVE_LEFT = "Move the {occluder} to the left."

@@ -159,6 +159,8 @@ class ChangeIt(Scenario):
             try:
                 texts[name] = self.read_source_text(self.path(name), limit=MAX_TABLE_BYTES)
             except (OSError, UnicodeDecodeError) as err:
+                if fileio.is_store_client_error(err):  # the store failed, not this input
+                    raise
                 reason = getattr(err, "strerror", None) or err
                 raise SourceError(f"changeit: unreadable {name}: {reason}") from None
         return (parse_categories_csv(texts["categories.csv"]),
@@ -173,6 +175,8 @@ class ChangeIt(Scenario):
         except BadItem as err:  # a link out: every video of the category is a dead letter
             return set(), err.reason
         except (OSError, UnicodeDecodeError) as err:  # a folder, a FIFO, not UTF-8, too large
+            if fileio.is_store_client_error(err):  # the store failed, not this input
+                raise
             return set(), (f"inconsistent source: unreadable id list videos/{category}.csv: "
                            f"{getattr(err, 'strerror', None) or err}")
 
@@ -264,6 +268,8 @@ class ChangeIt(Scenario):
         try:
             reader = VideoReader(self.inside_root(url))  # checked before OpenCV opens it
         except OSError as err:  # a FIFO, a device, a folder, unreadable: never decoded
+            if fileio.is_store_client_error(err):  # the store failed, not this input
+                raise
             raise BadItem(f"unreadable video: {err.strerror or err}", self.relative(url)) \
                 from None
         try:

@@ -103,6 +103,8 @@ class FileScan:
                     if cut:
                         self.scan_block(block[:cut])
         except Exception as err:  # noqa: BLE001 - I/O part way: the unread rest is one item
+            if fileio.is_store_client_error(err):  # the store failed, not this input
+                raise
             self.raw_items += 1
             number = self.lines_done + 1
             where = f"{self.unit}:{number}" if self.lines_done else self.unit

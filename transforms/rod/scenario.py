@@ -359,6 +359,8 @@ class ROD(Scenario):
                         error = self._validate(data, name)
                         ref["sha256"] = hashlib.sha256(data).hexdigest()
                 except OSError as err:
+                    if fileio.is_store_client_error(err):  # the store failed, not this input
+                        raise
                     error = f"unreadable file: {err}"
             yield {"kind": "member", "name": name, "path": url, "error": error, "ref": ref}
 

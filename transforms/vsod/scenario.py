@@ -284,6 +284,8 @@ class VSOD(Scenario):
                               "labels exist only in the ProactiveBench release: derive them with "
                               "run_pipeline.py release_labels)") from None
         except OSError as err:  # a folder, a FIFO, over MAX_LABELS_BYTES, unreadable
+            if fileio.is_store_client_error(err):  # the store failed, not this input
+                raise
             raise SourceError(f"vsod: unusable labels file {url}: "
                               f"{err.strerror or err}") from None
         except UnicodeDecodeError as err:
@@ -425,6 +427,8 @@ class VSOD(Scenario):
             except BadItem as err:
                 raise BadItem(err.reason, xml_url) from None
             except OSError as err:
+                if fileio.is_store_client_error(err):  # the store failed, not this input
+                    raise
                 raise BadItem(f"unreadable annotation: {err}", xml_url) from None
             fractions.append(round(union_area(boxes) / (width * height), 6) if boxes else 0.0)
             boxed.append(bool(boxes))

@@ -325,6 +325,10 @@ def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subproce
     return result, output
 
 
+def dead_letters(output: str) -> list[dict]:
+    return read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+
+
 def dead_letter_reasons(output: str) -> dict[str, str]:
     return {d["path"]: d["reason"]
             for d in read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))}

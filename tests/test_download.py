@@ -17,7 +17,6 @@ import io
 import os
 import socket
 import stat
-import subprocess
 import threading
 import time
 import tracemalloc
@@ -584,22 +583,6 @@ def test_a_destination_that_is_not_a_regular_file_is_named_and_kept(fake, tmp_pa
     outcome = fetch_one(tmp_path, FileSpec(url=fake.url("/f"), path="f", **pins(BODY)))
     assert outcome.status == "failed" and one_line(outcome.message)
     assert "not replaced" in outcome.message and fake.gets() == []
-
-
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 256 kB tmpfs when this machine lets us mount one, else None."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                          capture_output=True)
-    if done.returncode != 0:
-        yield None
-        return
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.parametrize("disk", ["tmpfs", "injected"])

@@ -12,8 +12,7 @@ import tracemalloc
 
 import pytest
 
-from test_download import (  # noqa: F401 (small_filesystem: a fixture)
-    one_line, open_fifo_once, run_with_deadline, small_filesystem)
+from test_download import one_line, open_fifo_once, run_with_deadline
 from proactivebench_builder.fetch import source_lock
 from proactivebench_builder.fetch.verify import record_sources, verify_sources
 

@@ -325,6 +325,32 @@ def build(tmp_path, sources: str, scenarios: str, *extra: str) -> tuple[subproce
     return result, output
 
 
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 256 kB tmpfs when this machine lets us mount one, else None."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def accounted(report: dict) -> None:
+    for name, entry in report["scenarios"].items():
+        balance = entry["samples"] + entry["dead_letters"] + sum(entry["excluded"].values())
+        assert entry["accounted"] and entry["raw_items"] == balance, (name, entry)
+
+
+def dead_letters(output: str) -> list[dict]:
+    return read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+
+
 def dead_letter_reasons(output: str) -> dict[str, str]:
     return {d["path"]: d["reason"]
             for d in read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))}

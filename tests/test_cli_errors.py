@@ -27,6 +27,7 @@ import pytest
 from conftest import DEADLINE_S, RUNNER, copy_sources, read_json
 from test_configure import refused_build
 from proactivebench_builder.pipeline.commands import beam_flags, main as build
+from proactivebench_builder.pipeline.commands import main as main_command
 from proactivebench_builder.core.cli import CommandParser, canonical
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.runtime import cli as runtime_cli
@@ -767,3 +768,24 @@ def test_a_mirror_that_is_not_http_is_one_line_before_any_request(tmp_path, mirr
 def test_a_mirror_url_that_cannot_be_split_is_one_line(tmp_path):
     result = run_fetch(tmp_path, "--mirror", "http://[::1")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("flag, named", [
+    ("--set=quickdraw.samples_per_class=-1", "quickdraw.samples_per_class"),
+    ("--set=quickdraw.samples_per_class=abc", "quickdraw.samples_per_class"),
+    ("--set=rod.read_from=tarball", "rod.read_from"),
+    ("--set=coco.train_ambiguous_fraction=1.5", "coco.train_ambiguous_fraction"),
+    ("--set=quickdraw.samples_per_class=true", "quickdraw.samples_per_class"),
+    ("--max_bad_fraction=2", "--max_bad_fraction"),
+    ("--filter_threshold=-0.1", "--filter_threshold"),
+])
+def test_bad_parameter_values_stop_before_any_work(flag, named, tmp_path, miniature_root, capsys):
+    output = str(tmp_path / "out")
+    try:
+        code = main_command.main([f"--output={output}", f"--sources_root={miniature_root}",
+                                   "--scenarios=quickdraw,rod,coco", RUNNER, flag])
+    except SystemExit as stopped:  # argparse's own one-line error for a flag's value
+        code = stopped.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and named in err[0], err
+    assert not os.path.exists(output)

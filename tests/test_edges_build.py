@@ -138,7 +138,8 @@ def test_extended_headers_do_not_raise_peak_memory(tmp_path_factory):
     """The issue's measurement: three ROD archives whose GNU long-name or PAX headers declare
     256 MiB drove a build's peak memory from ~200 MB to ~960 MB. Now they are dead letters
     naming each archive, and the peak stays that of the clean build."""
-    from test_hostile_inputs import accounted, build_peak_mb, dead_letters
+    from conftest import accounted, dead_letters
+    from test_rod import build_peak_mb
 
     clean_root = private_miniature(tmp_path_factory, "rod")
     hostile_root = str(tmp_path_factory.mktemp("rod_headers"))

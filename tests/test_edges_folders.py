@@ -294,7 +294,7 @@ def test_an_update_keeps_the_digests_of_the_export_it_keeps(tmp_path, miniature_
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 256 kB tmpfs when this machine lets us mount one, else None (as the build's own
-    full-disk test, tests/test_hostile_inputs.py)."""
+    full-disk test, tests/test_writers.py)."""
     mount = tmp_path / "full"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],

@@ -3,24 +3,33 @@ against a local HTTP server: the bundled miniature sources, written by the scena
 and laid out as the real download URLs are (https://HOST/PATH served at
 http://127.0.0.1:PORT/HOST/PATH, fetched with --mirror), with the manifests' pins replaced by
 those of the miniature files. The server speaks HTTP Range, can drop a connection half-way
-through a file, and logs every request, so each test says what went over the wire. No timing
-is asserted."""
+through a file, and logs every request, so each test says what went over the wire. The
+command's edges (what is in the way of a source folder, fetch's lock, signals, a plugin's bad
+downloads section) run a one-file plan against test_download's loopback server. No timing
+is asserted beyond deadlines that only a hang would miss."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import textwrap
 import threading
+import time
 import urllib.parse
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from test_download import BODY, fake, pins, raw, serve  # noqa: F401 (fake: a fixture)
 from test_runtime_cli import _Proxy, _only_this_proxy
 from proactivebench_builder.fetch import extract as extraction
 from proactivebench_builder.fetch.download import STATE_DIR, Downloader, FileSpec
@@ -871,3 +880,197 @@ def test_fetch_downloads_through_the_proxy_the_environment_names(monkeypatch, tm
         assert any(path == "http://files.invalid/f.bin" for _, path, _ in proxy.requests)
     finally:
         proxy.close()
+
+
+# ---- the command's edges: a one-file plan against a loopback server ----------------------------
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+DEMO_URL = "https://example.org/data/f.bin"
+
+
+DEMO_PATH = "/example.org/data/f.bin"
+
+
+def demo_plan(data: bytes = BODY, files=None, subdir="demo"):
+    """A one-source plan fetching `data` as f.bin (served by `fake` through --mirror)."""
+    entries = files or [{"url": DEMO_URL, "path": "f.bin", **pins(data),
+                         "pins_from": "https://example.org/sums"}]
+    return plan({"name": "demo", "source_subdir": subdir, "downloads": {"files": entries}})
+
+
+def run_demo_fetch(capsys, monkeypatch, fake, root, source_plan, *extra):
+    monkeypatch.setattr(fetch, "load_plans", lambda names=None: {"demo": source_plan})
+    code = fetch.main([f"--sources_root={root}", f"--mirror={fake.url('')}", "--no_progress",
+                       "--retry_wait=0", "--retries=0", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def test_a_file_where_a_source_folder_goes_is_one_line_before_any_request(
+        fake, tmp_path, capsys, monkeypatch):
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    root.mkdir()
+    (root / "demo").write_text("a file")
+    code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "demo" in err and "not a folder" in err and "Traceback" not in err
+    assert fake.gets() == []
+
+
+def test_a_dangling_link_where_a_source_folder_goes_is_one_line(fake, tmp_path, capsys,
+                                                               monkeypatch):
+    root = tmp_path / "sources"
+    root.mkdir()
+    os.symlink(tmp_path / "nowhere", root / "demo")
+    code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert fake.gets() == []
+
+
+def test_a_source_folder_that_is_a_link_to_a_folder_is_fetched_into(fake, tmp_path, capsys,
+                                                                    monkeypatch):
+    """The user's own choice (sources on another disk): followed, as documented."""
+    fake.routes[DEMO_PATH] = serve(BODY)
+    elsewhere = tmp_path / "big-disk"
+    elsewhere.mkdir()
+    root = tmp_path / "sources"
+    root.mkdir()
+    os.symlink(elsewhere, root / "demo")
+    code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 0, err
+    assert (elsewhere / "f.bin").read_bytes() == BODY
+
+
+def test_a_second_fetch_into_the_same_folder_is_refused_at_once(fake, tmp_path, capsys,
+                                                               monkeypatch):
+    import fcntl
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    lock = root / "demo" / STATE_DIR / "fetch.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(json.dumps({"pid": 12345, "host": "elsewhere"}))
+        held.flush()
+        code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 3 and len(error_lines(err)) == 1, err
+    assert "another fetch" in err and "pid 12345" in err
+    assert fake.gets() == [] and not (root / "demo" / "f.bin").exists()
+    # released: the next fetch runs
+    code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 0, err
+
+
+def test_a_link_in_place_of_the_fetch_lock_is_one_line_before_any_request(
+        fake, tmp_path, capsys, monkeypatch):
+    fake.routes[DEMO_PATH] = serve(BODY)
+    root = tmp_path / "sources"
+    lock = root / "demo" / STATE_DIR / "fetch.lock"
+    lock.parent.mkdir(parents=True)
+    (tmp_path / "elsewhere").write_text("mine")
+    os.symlink(tmp_path / "elsewhere", lock)
+    code, out, err = run_demo_fetch(capsys, monkeypatch, fake, root, demo_plan())
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "symbolic link" in err and "fetch's lock file" in err
+    assert fake.gets() == [] and (tmp_path / "elsewhere").read_text() == "mine"
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from proactivebench_builder.pipeline.commands import fetch
+    from proactivebench_builder.fetch.plan import plan
+    source_plan = plan(json.loads(sys.argv[1]))
+    fetch.load_plans = lambda names=None: {"demo": source_plan}
+    sys.exit(fetch.main(sys.argv[2:]))
+""")
+
+
+def stalling(total: int, first: int):
+    """A route sending `first` bytes of a `total`-byte body, then nothing (the connection
+    stays open): a reader blocks until its silence timeout."""
+    def route(h):
+        h.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode())
+        h.wfile.write(b"s" * first)
+        h.wfile.flush()
+        time.sleep(120)
+    return route
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
+                                                   (signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGKILL, -9, None)])
+def test_a_signal_during_downloads_stops_at_once_and_leaves_nothing_partial_under_a_final_name(
+        fake, tmp_path, signum, status, word):
+    """Two files downloading on worker threads, each blocked in a read of a silent server
+    (a 60 s silence timeout): the signal ends the command within seconds, in one line; the
+    bytes received stay in the partial files, and a rerun resumes them."""
+    total = 1 << 20
+    data = b"s" * total
+    files = [{"url": f"https://example.org/data/{n}", "path": n, **pins(data),
+              "pins_from": "https://example.org/sums"} for n in ("a.bin", "b.bin")]
+    for n in ("a.bin", "b.bin"):
+        fake.routes[f"/example.org/data/{n}"] = stalling(total, 40_000)
+    manifest = {"name": "demo", "source_subdir": "demo", "downloads": {"files": files}}
+    root = tmp_path / "sources"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(manifest), f"--sources_root={root}",
+         f"--mirror={fake.url('')}", "--no_progress", "--jobs=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    partials = [root / "demo" / STATE_DIR / "partial" / f"{n}.part" for n in ("a.bin", "b.bin")]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.stat().st_size >= 40_000 for p in partials):
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.1)
+    sent = time.monotonic()
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert child.returncode == status, err
+    if word is not None:
+        assert error_lines(err) == [f"run_pipeline.py fetch: {word}"], err
+    assert not (root / "demo" / "a.bin").exists() and not (root / "demo" / "b.bin").exists()
+    assert all(p.stat().st_size == 40_000 for p in partials)
+    # the next run asks each for the rest
+    def ranged(h):
+        start = int(h.headers["Range"][len("bytes="):-1])
+        raw(h, 206, {"Content-Length": str(total - start),
+                     "Content-Range": f"bytes {start}-{total - 1}/{total}"}, data[start:])
+    for n in ("a.bin", "b.bin"):
+        fake.routes[f"/example.org/data/{n}"] = ranged
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(manifest), f"--sources_root={root}",
+         f"--mirror={fake.url('')}", "--no_progress", "--jobs=2"],
+        capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (root / "demo" / "a.bin").read_bytes() == data
+    assert "resumed at byte 40000" in done.stdout
+
+
+@pytest.mark.build
+def test_a_plugins_manifest_with_a_bad_downloads_section_is_one_line(tmp_path):
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    for name in ("focus_scenario.py", "focus.yaml"):
+        src = os.path.join(REPO, "tests", "extra_scenario", name)
+        with open(src, encoding="utf-8") as handle:
+            text = handle.read()
+        if name == "focus.yaml":
+            text += "downloads:\n  files:\n    - {url: 'https://[::1/x', path: x, record_only: why}\n"
+        (plugin / name).write_text(text, encoding="utf-8")
+    env = {**os.environ, "PROACTIVEBENCH_SCENARIO_PATH": str(plugin)}
+    done = subprocess.run([sys.executable, os.path.join(REPO, "run_pipeline.py"), "fetch",
+                           f"--sources_root={tmp_path / 'sources'}", "--dry_run"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert error_lines(done.stderr) == [
+        "run_pipeline.py fetch: error: manifest focus.yaml: downloads.files[0]: url "
+        "'https://[::1/x' is not an http(s) URL"], done.stderr

@@ -2,7 +2,8 @@
 folder is refused naming it (its target untouched); a held lock whose file names no holder is
 refused as held; on an output without a lock primitive (gs://, s3://, memory://) a marker file
 left by another build is refused saying how to remove it, and one of a dead build on this host
-is taken over."""
+is taken over. A second build into a held folder is refused at once (exit 3, naming the holder,
+nothing touched), also while the first one runs, and the folder stays valid."""
 from __future__ import annotations
 
 import json
@@ -12,9 +13,11 @@ import sys
 
 import pytest
 
-from conftest import RUN_PIPELINE, RUNNER
+from conftest import REPO, RUN_PIPELINE, RUNNER, run
 from proactivebench_builder.core.errors import OutputError
 from proactivebench_builder.core.layout import LOCK
+from proactivebench_builder.pipeline.commands import build as build_command
+from proactivebench_builder.pipeline.commands.validate import main as validate_main
 from proactivebench_builder.pipeline.folder_lock import BuildLock
 
 
@@ -108,3 +111,64 @@ def test_a_marker_of_a_dead_build_on_this_host_is_taken_over_and_removed():
     with BuildLock(output):
         assert json.loads(fileio.read_bytes(f"{output}/.build.lock"))["pid"] == os.getpid()
     assert not fileio.exists(f"{output}/.build.lock")
+
+
+def test_a_second_build_into_a_locked_folder_is_refused_at_once(tmp_path, miniature_root):
+    output = str(tmp_path / "out")
+    with BuildLock(output):
+        done = subprocess.run(
+            [sys.executable, "run_pipeline.py", f"--output={output}",
+             f"--sources_root={miniature_root}", "--scenarios=quickdraw", RUNNER],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 3, done.stderr[-2000:]
+        assert f"pid {os.getpid()}" in done.stderr and "BUILD REFUSED" in done.stderr
+        assert not os.path.exists(os.path.join(output, "reports"))  # nothing was touched
+    # released on exit; a lock file left by a dead holder is not a lock (flock dies with it)
+    with open(os.path.join(output, LOCK), "w") as handle:
+        json.dump({"pid": 999999999, "host": "gone"}, handle)
+    report = run(output, miniature_root, "quickdraw", "--no_train")
+    assert report["status"] == "ok"
+
+
+def test_two_concurrent_builds_one_is_refused_and_the_folder_stays_valid(tmp_path,
+                                                                         miniature_root,
+                                                                         monkeypatch):
+    """A build runs in this process and, once it holds the folder, waits until a second build
+    (another process) has tried the same folder: no timing decides whether they overlap."""
+    import threading
+
+    output = str(tmp_path / "out")
+    holding, tried = threading.Event(), threading.Event()
+    original = build_command.build_and_check
+
+    def build_while_the_other_tries(*args):
+        holding.set()
+        assert tried.wait(300)
+        return original(*args)
+
+    monkeypatch.setattr(build_command, "build_and_check", build_while_the_other_tries)
+    outcome = {}
+
+    def first_build():
+        try:
+            outcome["report"] = run(output, miniature_root, "quickdraw,imagenet_c")
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = err
+            holding.set()
+
+    thread = threading.Thread(target=first_build)
+    thread.start()
+    try:
+        assert holding.wait(300)
+        second = subprocess.run(
+            [sys.executable, "run_pipeline.py", f"--output={output}",
+             f"--sources_root={miniature_root}", "--scenarios=quickdraw", RUNNER],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        tried.set()
+        thread.join(600)
+    assert "error" not in outcome, outcome.get("error")
+    assert second.returncode == 3, second.stderr[-2000:]
+    assert f"pid {os.getpid()}" in second.stderr
+    assert outcome["report"]["status"] == "ok"
+    assert validate_main([output, "--skip_frames"]) == 0

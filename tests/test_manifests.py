@@ -1,12 +1,13 @@
 """core/manifests.py: the rules a scenario's manifest declares for its parameters (types,
 finite numbers, the items of a list or mapping, data file names, the cross-parameter rules),
 applied to the values in force: a `--set` that breaks one stops the build before any work in
-one line naming it."""
+one line naming it; every manifest declares what its numbers may be."""
 from __future__ import annotations
 
 import pytest
 
 from test_configure import refused_build
+from proactivebench_builder.transforms import load_scenarios
 
 
 @pytest.mark.parametrize("scenario, item", [
@@ -93,3 +94,17 @@ def test_a_data_file_name_cannot_leave_its_folder(capsys, tmp_path, name):
     line = refused_build(capsys, tmp_path, f"--set=mvpn.class_names_file={name}",
                          scenarios="mvpn")
     assert "mvpn.class_names_file" in line
+
+
+def test_every_manifest_declares_what_its_numbers_may_be():
+    from proactivebench_builder.core.manifests import parameter_rule
+    from proactivebench_builder.transforms import manifest_of
+
+    for name in load_scenarios():
+        manifest = manifest_of(name)
+        for parameter, value in manifest["parameters"].items():
+            rule = parameter_rule(manifest, parameter)
+            assert "type" in rule or "choices" in rule, (name, parameter)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                declared = (manifest.get("parameter_rules") or {}).get(parameter) or {}
+                assert "min" in declared, (name, parameter, "a number needs a declared range")

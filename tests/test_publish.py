@@ -1,7 +1,8 @@
 """Publishing (`run_pipeline.py publish`): to a folder, loaded back with `datasets.load_dataset`;
 to the Hub, with only the `HfApi` calls replaced by an in-memory fake repository, and with
 Hugging Face offline mode on, so any call that escapes the fake fails loudly. A damaged record of
-an earlier publish deletes nothing of the user's; a repo id the Hub cannot name is one line."""
+an earlier publish deletes nothing of the user's; a repo id the Hub cannot name is one line; a
+shard that differs from build.json is refused."""
 from __future__ import annotations
 
 import hashlib
@@ -33,6 +34,7 @@ from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
 from conftest import RUN_PIPELINE, builds, file_bytes, file_text, read_json, s3_environment, s3_objects
 from test_partial_rebuild import two_scenario_build  # noqa: F401 - a fixture
+from test_validate import built_copy, swap_for_a_valid_other_shard  # noqa: F401 - a fixture
 
 REPO = "someone/proactivebench-test"
 
@@ -750,3 +752,13 @@ def test_a_repo_id_the_hub_cannot_name_is_one_line(two_scenario_build, tmp_path)
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_publish_refuses_a_shard_that_differs_from_build_json(built_copy, tmp_path):
+    from proactivebench_builder.pipeline import publish
+
+    changed = swap_for_a_valid_other_shard(built_copy)
+    with pytest.raises(publish.PublishError, match="sha256"):
+        publish.publish(built_copy, publish.FsspecTarget(str(tmp_path / "target")),
+                        dry_run=True)
+    assert changed

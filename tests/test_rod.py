@@ -1,18 +1,23 @@
 """ROD scenario: the record semantics the upstream ROD environment relies on (field by field),
 pass-through JPEG frames read straight from the tar.gz archives, upstream's s6 substitution, the
-upstream export, determinism, dead letters for every kind of bad raw item, and the accounting."""
+upstream export, determinism, dead letters for every kind of bad raw item (link members among
+them), a huge member that does not raise the peak memory, and the accounting."""
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_report, builds, read_jsonl, run, shard_files
+from conftest import (IN_PROCESS, REPO, RUNNER, accounted, build_report, builds, dead_letters,
+                      private_miniature, read_json, read_jsonl, run, shard_files)
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms import upstream_action_of
@@ -472,3 +477,111 @@ def test_gzip_access_bounds_what_one_read_decompresses():
     reader = archives.GzipAccess(io.BytesIO(blob))
     assert reader.read(10) == bytes(10)
     assert len(reader._buf) < 20 << 20
+
+
+class Zeros(io.RawIOBase):
+    """`size` zero bytes, produced as read (the member is never held in memory)."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def add_bomb(archive: str, member: str, size: int) -> None:
+    """Rewrite a .tar.gz with one more member of `size` zero bytes (compresses to ~1/1000)."""
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
+    with gzip.open(archive + ".new", "wb", compresslevel=1) as out, \
+            tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members[:3]:
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(member)
+        info.size = size
+        tar.addfile(info, io.BufferedReader(Zeros(size), 1 << 20))
+        for info, data in members[3:]:
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(archive + ".new", archive)
+
+
+PEAK_SCRIPT = """
+import resource, sys
+from proactivebench_builder.pipeline.commands.main import main
+code = main(sys.argv[1:])
+self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print("PEAK_KB", self_kb + child_kb, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def build_peak_mb(output: str, sources_root: str, *extra: str) -> tuple[int, float]:
+    """(exit code, peak RSS in MB) of a ROD build in a fresh process (the FnApiRunner runs the
+    whole build in it: its peak is the build's)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, f"--output={output}",
+         f"--sources_root={sources_root}", "--scenarios=rod", RUNNER, IN_PROCESS, "--no_train",
+         "--no_upstream_export", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    peak = [line for line in done.stderr.splitlines() if line.startswith("PEAK_KB")]
+    assert peak, done.stderr[-3000:]
+    return done.returncode, int(peak[-1].split()[1]) / 1024
+
+
+BOMB_BYTES = int(os.environ.get("PB_BOMB_BYTES", 1 << 29))
+
+
+@pytest.mark.build
+def test_a_huge_member_does_not_raise_peak_memory(tmp_path_factory):
+    """Before: every member was read whole before its name was looked at (2.2 GB peak for a
+    1 GiB member). Now a member is judged by its header and an oversized frame is not read."""
+    clean_root = private_miniature(tmp_path_factory, "rod")
+    bomb_root = str(tmp_path_factory.mktemp("rod_bomb"))
+    shutil.copytree(clean_root, bomb_root, dirs_exist_ok=True)
+    add_bomb(os.path.join(bomb_root, "rod", "rod_1.tar.gz"), "natural_bluebl_greenr-cup-s0.jpg",
+             BOMB_BYTES)
+    assert os.path.getsize(os.path.join(bomb_root, "rod", "rod_1.tar.gz")) < 16 << 20
+
+    clean_out = str(tmp_path_factory.mktemp("rod_clean") / "out")
+    code, clean_mb = build_peak_mb(clean_out, clean_root)
+    assert code == 0
+    bomb_out = str(tmp_path_factory.mktemp("rod_bombed") / "out")
+    code, bomb_mb = build_peak_mb(bomb_out, bomb_root, "--max_bad_fraction=0.5")
+    assert code == 0
+    print(f"peak RSS: clean build {clean_mb:.0f} MB, with a {BOMB_BYTES / 2**30:g} GiB member "
+          f"{bomb_mb:.0f} MB")
+    assert bomb_mb <= clean_mb * 1.10, (clean_mb, bomb_mb)
+    report = read_json(os.path.join(bomb_out, "reports", "build.json"))
+    accounted(report)
+    letters = dead_letters(bomb_out)
+    assert any("oversized member" in d["reason"] and "cup-s0" in d["path"] for d in letters)
+    assert shard_files(bomb_out) == shard_files(clean_out)  # the good sequences are untouched
+
+
+@pytest.mark.build
+def test_link_members_of_an_archive_are_counted_dead_letters(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("rod_links"))
+    shutil.copytree(private_miniature(tmp_path_factory, "rod"), root, dirs_exist_ok=True)
+    archive = os.path.join(root, "rod", "rod_0.tar.gz")
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data))
+        for name, kind in (("natural_redbl_greenr-cup-s0.jpg", tarfile.SYMTYPE),
+                           ("natural_redbl_greenr-cup-s1.jpg", tarfile.LNKTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, "/etc/hostname"
+            tar.addfile(info)
+    output = str(tmp_path_factory.mktemp("rod_links_out") / "out")
+    report = run(output, root, "rod", "--max_bad_fraction=1", "--no_train")
+    accounted(report)
+    links = [d for d in dead_letters(output) if d["reason"].startswith("link member")]
+    assert len(links) == 2 and all("/etc/hostname" in d["reason"] for d in links)

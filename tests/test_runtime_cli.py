@@ -2,7 +2,8 @@
 chat-completions server (timeout and 5xx retries included), OEG judge messages and parsing,
 metrics, loading (Parquet, the upstream JSONL layout, a Hub dataset of other rows refused row by
 row), model specs, a model endpoint reached through the environment's proxy, and the evaluate
-command (resume, first-round predictions schema)."""
+command (resume, first-round predictions schema, a --data folder that is not an intact build
+refused in one line)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import file_text, read_jsonl, run
+from conftest import REPO, file_text, read_jsonl, run
+from test_validate import built_copy, swap_for_a_valid_other_shard  # noqa: F401 - a fixture
+from proactivebench_builder.core import buildfolder
 from proactivebench_builder.runtime import cli, loading, metrics, open_ended
 from proactivebench_builder.runtime.model_specs import load_model
 from proactivebench_builder.runtime.models import ModelError, OpenAIChatModel
@@ -552,3 +555,38 @@ def test_an_endpoint_that_is_not_an_http_url_is_refused_before_any_work(spec):
 
     with pytest.raises(ModelSpecError):
         check_model_spec(spec)
+
+
+@pytest.mark.parametrize("kind", ["empty", "docs", "half-written", "failed", "changed",
+                                  "missing", "upstream-of-failed"])
+def test_evaluate_refuses_a_folder_that_is_not_an_intact_build(kind, built_copy, tmp_path,
+                                                              capsys):
+    from proactivebench_builder.runtime.cli import main as runtime_main
+
+    data = {"empty": str(tmp_path / "empty"), "docs": os.path.join(REPO, "docs"),
+            "missing": str(tmp_path / "nowhere" / "build")}.get(kind, built_copy)
+    os.makedirs(str(tmp_path / "empty"), exist_ok=True)
+    if kind == "half-written":
+        buildfolder.mark_building(built_copy)
+    elif kind == "failed":
+        buildfolder.mark_finished(built_copy, "too many bad inputs (test)")
+    elif kind == "changed":
+        swap_for_a_valid_other_shard(built_copy)
+    elif kind == "upstream-of-failed":
+        os.makedirs(os.path.join(built_copy, "upstream"))
+        with open(os.path.join(built_copy, "upstream", "QuickDraw_preprocessed.jsonl"), "w"):
+            pass
+        buildfolder.mark_finished(built_copy, "too many bad inputs (test)")
+        data = os.path.join(built_copy, "upstream")
+    results = str(tmp_path / "results.jsonl")
+    status = runtime_main(["evaluate", "--data", data, "--model", "oracle", "--results", results])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "--data" in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(results)
+
+
+def test_evaluate_accepts_an_intact_build(built_miniature):
+    from proactivebench_builder.runtime import loading
+
+    loading.check_data(built_miniature)  # no exception

@@ -1,6 +1,7 @@
 """`run_pipeline.py validate`: a clean build passes, and each violation the validator claims to
 catch is caught when a copy of a built folder is broken that way (a shard rewritten with
-pyarrow with one field changed, a report removed, a card edited)."""
+pyarrow with one field changed or swapped for a valid other one, a report removed, a card
+edited)."""
 from __future__ import annotations
 
 import glob
@@ -17,6 +18,7 @@ from conftest import file_text, read_json
 from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline.commands.validate import main, validate_folder
+from proactivebench_builder.pipeline.commands.validate import main as validate_main
 
 
 @pytest.fixture
@@ -329,3 +331,30 @@ def test_the_reports_build_json_names_are_covered_by_its_digests(
     assert f"reports/{name}:" in capsys.readouterr().out
     assert build.main(["publish", copy, "--to", str(tmp_path / "pub")]) != 0
     assert not os.path.exists(tmp_path / "pub" / "reports" / name)
+
+
+@pytest.fixture
+def built_copy(built_miniature, tmp_path) -> str:
+    copy = str(tmp_path / "built")
+    shutil.copytree(built_miniature, copy, ignore=shutil.ignore_patterns("upstream"))
+    return copy
+
+
+def swap_for_a_valid_other_shard(root: str) -> str:
+    """Replace one shard by a different but valid Parquet file, same rows and schema (written
+    with other settings): what a second writer can leave behind, invisible to every check but
+    a checksum."""
+    import pyarrow.parquet as pq
+
+    path = sorted(glob.glob(os.path.join(root, "QuickDraw", "*.parquet")))[0]
+    table = pq.read_table(path)
+    os.remove(path)
+    pq.write_table(table, path, compression="gzip", row_group_size=7)
+    return os.path.relpath(path, root)
+
+
+def test_validate_catches_a_shard_that_differs_from_build_json(built_copy, capsys):
+    changed = swap_for_a_valid_other_shard(built_copy)
+    assert validate_main([built_copy, "--skip_frames"]) == 1
+    out = capsys.readouterr().out
+    assert changed in out and "sha256" in out

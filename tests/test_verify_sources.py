@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 
 import pytest
 
+from test_download import open_fifo_once, run_with_deadline
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.fetch.verify import count_files, verify_sources
 from proactivebench_builder.transforms import load_scenarios
@@ -159,3 +161,21 @@ def test_verify_sources_flag_stops_a_build_before_any_work(tmp_path, miniature_r
     with pytest.raises(SystemExit, match=r"(?s)source verification failed.*quickdraw.*345"):
         run(str(out), miniature_root, "quickdraw", "--verify_sources")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_pinned_checksum_on_a_special_file_names_what_it_is(tmp_path, kind):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    path = folder / "annotations.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    manifest = {"expected_files": {}, "checksums": {"annotations.json": "0" * 64}}
+    problems = run_with_deadline(lambda: verify_sources({"demo": str(folder)},
+                                                        {"demo": manifest}), 20,
+                                 open_fifo_once(path) if kind == "fifo" else lambda: None)
+    assert len(problems) == 1 and "not a regular file" in problems[0], problems

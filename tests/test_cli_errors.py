@@ -442,7 +442,7 @@ def test_evaluate_refuses_models_scenarios_and_values_in_one_line(capsys, tmp_pa
 
 @pytest.mark.build
 def test_unknown_model_as_a_user_runs_it(tmp_path):
-    """Before: a traceback. Now: one line, exit 2."""
+    """One line, exit 2."""
     result = command([*EVALUATE, "--data", str(tmp_path), "--model", "oracel", "--results",
                       str(tmp_path / "r.jsonl")], cwd=str(tmp_path))
     assert result.returncode == 2

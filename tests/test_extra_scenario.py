@@ -247,7 +247,7 @@ def _without_the_plugin(tmp_path, *command: str) -> subprocess.CompletedProcess:
 
 
 def test_evaluate_without_the_plugin_says_nothing_was_evaluated(focus_build, tmp_path):
-    """Before: every config skipped, then "(no results)" and exit 0."""
+    """Refused in one line naming the missing scenario, not every config skipped and exit 0."""
     _, output, _ = focus_build
     results = tmp_path / "r.jsonl"
     done = _without_the_plugin(tmp_path, "-m", "proactivebench_builder.runtime", "evaluate",
@@ -273,8 +273,7 @@ def test_evaluate_scenarios_selecting_no_config_of_the_data(focus_build, tmp_pat
 
 
 def test_validate_without_the_plugin_names_the_missing_scenario_once(focus_build, tmp_path):
-    """Before: one confusing line per option ("holds action keywords [] of the scenario's
-    actions [...]"). Now: one problem naming the config and how to make it visible."""
+    """One problem naming the config and how to make it visible."""
     _, output, _ = focus_build
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = _without_the_plugin(tmp_path, os.path.join(repo, "run_pipeline.py"), "validate",

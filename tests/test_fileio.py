@@ -295,7 +295,7 @@ def sources_copy(miniature_root: str, tmp_path, names) -> str:
 
 
 def test_a_fifo_in_place_of_any_source_file_is_a_dead_letter(tmp_path, miniature_root):
-    """Point 11: a named pipe where a category file, an image, an archive or a list is expected
+    """A named pipe where a category file, an image, an archive or a list is expected
     is named a dead letter ("not a regular file: a named pipe") and the build ends."""
     sources = sources_copy(miniature_root, tmp_path, READ_FILES)
     for relative in READ_FILES.values():
@@ -345,7 +345,7 @@ def test_a_device_or_a_huge_file_is_refused_unread(tmp_path, miniature_root):
 
 
 def test_a_legal_long_file_name_builds(tmp_path, miniature_root):
-    """Point 10: a 250-byte file name (legal: NAME_MAX is 255) builds, export included; the
+    """A 250-byte file name (legal: NAME_MAX is 255) builds, export included; the
     temporary names written beside it stay within the limit."""
     sources = sources_copy(miniature_root, tmp_path, ["imagenet_c"])
     base = os.path.join(sources, "ImageNet-C")

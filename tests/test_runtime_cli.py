@@ -366,8 +366,7 @@ def _refused(capsys, argv) -> str:
 
 def test_resume_only_reuses_results_of_the_current_build(built_miniature, miniature_root,
                                                          tmp_path, capsys):
-    """Before: a rebuilt folder with the same --results played nothing and printed the old
-    table (n of the old build). Now: results of samples no longer in the data are not scored,
+    """Results of samples no longer in the data are not scored,
     and results of samples whose content changed (another seed) are refused in one line."""
     results = str(tmp_path / "oracle.jsonl")
     common = ["evaluate", "--model", "oracle", "--scenarios", "quickdraw", "--results", results]
@@ -408,7 +407,7 @@ def test_resume_only_reuses_results_of_the_current_build(built_miniature, miniat
 
 @pytest.mark.parametrize("judge", ["oracle", "random:3", "always-abstain"])
 def test_a_policy_cannot_judge(capsys, tmp_path, judge):
-    """Before: a 25-line traceback ending in NotImplementedError after playing."""
+    """Refused in one line before playing (not a NotImplementedError after it)."""
     results = tmp_path / "r.jsonl"
     line = _refused(capsys, ["evaluate", "--data", str(tmp_path), "--model", "oracle", "--mode",
                              "oeg", "--judge", judge, "--results", str(results)])
@@ -417,7 +416,7 @@ def test_a_policy_cannot_judge(capsys, tmp_path, judge):
 
 
 def test_oeg_without_a_judge_is_refused(capsys, built_miniature, tmp_path):
-    """Before: every sample played and written, then "(no results)" and exit 0."""
+    """Refused in one line before any sample is played."""
     results = tmp_path / "r.jsonl"
     line = _refused(capsys, ["evaluate", "--data", built_miniature, "--model", "oracle",
                              "--mode", "oeg", "--results", str(results)])
@@ -430,7 +429,7 @@ def test_oeg_without_a_judge_is_refused(capsys, built_miniature, tmp_path):
     (["--debug", "evaluate", "--data", "X"], "evaluate --debug --data ...?"),
 ])
 def test_a_missing_command_is_named(capsys, argv, shown):
-    """Before: "invalid choice: 'oracle' (choose from 'evaluate')"."""
+    """Named with the command missing, not argparse's "invalid choice"."""
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
     assert exit_.value.code == 2

@@ -55,7 +55,7 @@ def balanced(values, label: str) -> bool:
     return raw == resolved + excluded
 
 
-# ---- ROD: tar headers (point 7) -------------------------------------------------------------
+# ---- ROD: tar headers -------------------------------------------------------------
 
 def _header(name: str, size: int, kind: bytes, fmt=tarfile.USTAR_FORMAT) -> bytes:
     info = tarfile.TarInfo(name)
@@ -299,7 +299,7 @@ def test_the_reader_keeps_no_list_of_members(tmp_path):
     assert peak < 4 << 20, peak
 
 
-# ---- the train split: frames checked like the test split's (point 8) -----------------------
+# ---- the train split: frames checked like the test split's -----------------------
 
 @pytest.mark.build
 @pytest.mark.parametrize("kind", ["file", "view"])
@@ -601,7 +601,7 @@ def test_tables_with_carriage_return_line_ends_parse(changeit_source, tmp_path):
     assert any(isinstance(v, results.Candidate) for v in values)
 
 
-# ---- --import_upstream: the records of a release (section E) --------------------------------------
+# ---- --import_upstream: the records of a release --------------------------------------
 
 @pytest.fixture(scope="module")
 def quickdraw_release(shared_build, miniature_root) -> str:

@@ -59,7 +59,7 @@ def one_line(err: str) -> str:
 QD = ["--model", "oracle", "--scenarios", "quickdraw"]
 
 
-# ---- the --results file (point 1; inventory I) ------------------------------------------------
+# ---- the --results file ------------------------------------------------
 
 def test_a_torn_last_line_is_dropped_with_a_warning_and_recomputed(qd_build, tmp_path, capsys):
     """The half line is dropped (one warning line), its sample played again, and the
@@ -302,7 +302,7 @@ def endpoints():
         server.server_close()
 
 
-# ---- what a result line is reused for (point 2; inventory I) -------------------------------------
+# ---- what a result line is reused for -------------------------------------
 
 def test_the_builtin_oracle_is_not_an_endpoint_model_named_oracle(qd_build, tmp_path, capsys,
                                                                   endpoints):
@@ -402,7 +402,7 @@ def test_model_identity():
     assert model_identity("hf:org/m") == "hf:org/m"
 
 
-# ---- an upstream-layout folder (point 3; inventory G) --------------------------------------------
+# ---- an upstream-layout folder --------------------------------------------
 
 _OPENED: list | None = None
 
@@ -618,7 +618,7 @@ def test_an_intact_upstream_folder_still_plays(qd_build, tmp_path, capsys):
     assert status == 0 and " 100.0" in out and "QD " in out, err
 
 
-# ---- a build folder: exactly what build.json lists (point 4; inventory F) ------------------------
+# ---- a build folder: exactly what build.json lists ------------------------
 
 @pytest.fixture
 def build_copy(qd_build, tmp_path) -> str:
@@ -767,7 +767,7 @@ def test_a_frame_that_does_not_decode_is_one_line_naming_the_sample(build_copy, 
         assert len(read_jsonl(results)) == 3
 
 
-# ---- a Hub dataset id (inventory H) -------------------------------------------------------------
+# ---- a Hub dataset id -------------------------------------------------------------
 
 @pytest.mark.build
 @pytest.mark.parametrize("scenarios", [[], ["--scenarios", "quickdraw"]])
@@ -833,7 +833,7 @@ def test_all_records_on_a_build_folder_is_refused(qd_build, tmp_path, capsys):
     assert not results.exists() or not results.read_text()
 
 
-# ---- model and judge endpoints (inventory J) ----------------------------------------------------
+# ---- model and judge endpoints ----------------------------------------------------
 
 def _ask(url: str, **options) -> str:
     from PIL import Image
@@ -937,7 +937,7 @@ def test_cancel_ends_a_request_in_flight_at_once(endpoints):
     assert isinstance(error, Cancelled) and len(api.requests) == 1
 
 
-# ---- signals (inventory L) ----------------------------------------------------------------------
+# ---- signals ----------------------------------------------------------------------
 
 def _has_stop_signals() -> bool:
     from proactivebench_builder.core import cli as core_cli

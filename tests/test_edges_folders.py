@@ -184,7 +184,7 @@ def edit_an_answer(folder: str) -> None:
     write_records(folder, "QuickDraw", records)
 
 
-# ---- point 9: the upstream export is covered by digests ------------------------------------------
+# ---- the upstream export is covered by digests ------------------------------------------
 
 def test_build_json_records_every_exported_file_with_its_digest(built_miniature):
     report = read_json(os.path.join(built_miniature, BUILD_REPORT))
@@ -289,7 +289,7 @@ def test_an_update_keeps_the_digests_of_the_export_it_keeps(tmp_path, miniature_
     assert validate.validate_folder(output, decode_frames=False) == []
 
 
-# ---- point 13 and section K: publish targets -----------------------------------------------------
+# ---- publish targets -----------------------------------------------------
 
 @pytest.fixture
 def small_filesystem(tmp_path):
@@ -493,7 +493,7 @@ def no_keyboard(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-# ---- section F: build.json, the card and the shards may hold anything ----------------------------
+# ---- build.json, the card and the shards may hold anything ----------------------------
 
 def nested(depth: int) -> str:
     return '{"a":' * depth + "1" + "}" * depth

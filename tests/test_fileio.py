@@ -399,3 +399,14 @@ def test_read_bytes_refuses_more_than_its_limit(tmp_path):
     assert fileio.read_bytes(str(path), limit=101) == b"x" * 101
     with pytest.raises(fileio.FileTooLarge, match="100 bytes"):
         fileio.read_bytes(str(path), limit=100)
+
+
+def test_temporary_names_are_what_publish_takes_for_a_leftover():
+    """publish deletes a `.tmp-*` file of the target only when its name is one
+    `fileio.temporary_name` makes (a user's `.tmp-notes.txt` stays): the two agree."""
+    from proactivebench_builder.core import fileio
+    from proactivebench_builder.core.layout import TEMPORARY_NAME
+
+    for final in ("/x/QuickDraw/test-00000-of-00001.parquet", "/x/" + "a" * 250 + ".png"):
+        assert TEMPORARY_NAME.match(os.path.basename(fileio.temporary_name(final)))
+    assert not TEMPORARY_NAME.match(".tmp-notes.txt")

@@ -13,7 +13,10 @@ import pytest
 from PIL import Image
 
 from conftest import file_bytes, file_text, read_json
+from test_buildfolder import (assert_one_clear_line, built, resign,  # noqa: F401 - a fixture
+                              rewrite_shards, run_inspect)
 from test_cli_errors import refused
+from proactivebench_builder.core import buildfolder
 from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.pipeline import plots
 from proactivebench_builder.pipeline.commands.inspect import (
@@ -211,3 +214,39 @@ def test_inspect_out_naming_a_file_is_one_line(capsys, built_miniature, tmp_path
                                                str(tmp_path / "afile")]))
     assert "is a file" in line
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_inspect_refuses_a_build_that_failed_or_did_not_finish(built, tmp_path, capsys):
+    buildfolder.mark_finished(built, "too many bad inputs (test)")
+    code, text = run_inspect(built, str(tmp_path / "a"), capsys)
+    assert_one_clear_line(code, text, "too many bad inputs (test)")
+    code, text = run_inspect(built, str(tmp_path / "b"), capsys, "--force")
+    assert code == 0, text
+    assert "too many bad inputs (test)" in text  # said, and drawn anyway
+    with open(tmp_path / "b" / "index.html", encoding="utf-8") as handle:
+        assert "too many bad inputs (test)" in handle.read()
+    buildfolder.mark_building(built)
+    code, text = run_inspect(built, str(tmp_path / "c"), capsys)
+    assert_one_clear_line(code, text, "did not finish")
+
+
+def test_inspect_refuses_a_damaged_shard(built, tmp_path, capsys):
+    path = os.path.join(built, "QuickDraw", "test-00000-of-00001.parquet")
+    os.remove(path)
+    shutil.copy(os.path.join(built, "ImageNet-C", "test-00000-of-00001.parquet"), path)
+    code, text = run_inspect(built, str(tmp_path / "a"), capsys)
+    assert_one_clear_line(code, text, "QuickDraw/test-00000-of-00001.parquet")
+
+
+def test_inspect_names_a_row_it_cannot_draw(built, tmp_path, capsys):
+    """A re-signed shard whose rows have id null: one line per row, the others drawn."""
+    def null_ids(rows):
+        for row in rows:
+            row["id"] = None
+    rewrite_shards(built, "QuickDraw", null_ids)
+    resign(built)
+    code, text = run_inspect(built, str(tmp_path / "a"), capsys)
+    assert "Traceback" not in text
+    assert code == 0, text
+    assert "QuickDraw" in text and "id None" in text, text
+    assert os.path.exists(tmp_path / "a" / "index.html")

@@ -5,6 +5,8 @@ an earlier publish deletes nothing of the user's; a repo id the Hub cannot name 
 shard that differs from build.json is refused."""
 from __future__ import annotations
 
+import errno
+import glob
 import hashlib
 import inspect
 import json
@@ -33,6 +35,7 @@ from proactivebench_builder.pipeline.commands import publish as publish_command 
 from proactivebench_builder.pipeline.commands.publish import main  # noqa: E402
 
 from conftest import RUN_PIPELINE, builds, file_bytes, file_text, read_json, s3_environment, s3_objects
+from test_buildfolder import assert_one_clear_line, run_publish
 from test_partial_rebuild import two_scenario_build  # noqa: F401 - a fixture
 from test_validate import built_copy, swap_for_a_valid_other_shard  # noqa: F401 - a fixture
 
@@ -762,3 +765,190 @@ def test_publish_refuses_a_shard_that_differs_from_build_json(built_copy, tmp_pa
         publish.publish(built_copy, publish.FsspecTarget(str(tmp_path / "target")),
                         dry_run=True)
     assert changed
+
+
+# ---- publish targets hold the user's files too -------------------------------------------------
+
+def temporaries(folder: str) -> list[str]:
+    return [p for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True)
+            if os.path.basename(p).startswith(".tmp-")]
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture
+def publishable(built, monkeypatch) -> str:
+    """`built`, published with publish's own checks (the record contract has its own tests)."""
+    monkeypatch.setattr(publish_command, "record_contract", lambda folder: [])
+    return built
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_publishing_into_a_full_folder_is_one_line_and_leaves_no_partial_file(
+        publishable, small_filesystem, tmp_path, capsys, monkeypatch, disk):
+    if disk == "tmpfs":
+        if small_filesystem is None:
+            pytest.skip("mounting a tmpfs is not allowed here (the injected case runs)")
+        target = os.path.join(small_filesystem, "published")
+    else:
+        target = str(tmp_path / "published")
+        monkeypatch.setattr(publish.FsspecTarget, "copy_bytes", no_space)
+    code, text = run_publish(publishable, target, capsys)
+    assert code == 1, text
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1].startswith(
+        "PUBLISH FAILED: No space left on device (errno 28)"), text
+    assert temporaries(os.path.dirname(target)) == []
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_a_full_staging_folder_is_one_line_and_leaves_nothing_in_it(
+        publishable, small_filesystem, tmp_path, capsys, monkeypatch, disk):
+    if disk == "tmpfs":
+        if small_filesystem is None:
+            pytest.skip("mounting a tmpfs is not allowed here (the injected case runs)")
+        staging = os.path.join(small_filesystem, "staging")
+    else:
+        staging = str(tmp_path / "staging")
+        monkeypatch.setattr(publish.shutil, "copyfileobj", no_space)
+    os.makedirs(staging)
+    code, text = run_publish(publishable, str(tmp_path / "published"), capsys,
+                             "--with_upstream", "--staging_dir", staging)
+    assert code == 1, text
+    assert "Traceback" not in text and "No space left on device (errno 28)" in text, text
+    assert os.listdir(staging) == []
+    assert not os.path.exists(tmp_path / "published") or temporaries(
+        str(tmp_path / "published")) == []
+
+
+def test_publish_leaves_the_users_own_files_in_the_target(publishable, tmp_path, capsys):
+    target = tmp_path / "published"
+    (target / "mydata").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), str(target / "mydata" / "precious.parquet"))
+    (target / "reports").mkdir()
+    (target / "reports" / "notes.txt").write_text("my notes")
+    (target / ".tmp-mine.txt").write_text("not a temporary file of a publish")
+    for _ in range(2):
+        code, text = run_publish(publishable, str(target), capsys)
+        assert code == 0, text
+        assert "delete" not in text.replace("delete 0 stale", ""), text
+    assert (target / "mydata" / "precious.parquet").exists()
+    assert (target / "reports" / "notes.txt").read_text() == "my notes"
+    assert (target / ".tmp-mine.txt").exists()
+
+
+def test_publish_deletes_what_an_earlier_publish_wrote_and_the_card_would_read(
+        publishable, tmp_path, capsys):
+    target = str(tmp_path / "published")
+    assert run_publish(publishable, target, capsys)[0] == 0
+    # a file an earlier publish wrote that this one does not (e.g. an older report)
+    manifest = os.path.join(target, publish.MANIFEST)
+    published = read_json(manifest)
+    published["files"].append("reports/old_report.json")
+    with open(manifest, "w", encoding="utf-8") as handle:
+        json.dump(published, handle)
+    with open(os.path.join(target, "reports", "old_report.json"), "w") as handle:
+        handle.write("{}")
+    # a shard the card's glob would read as the build's, whoever wrote it
+    stray = os.path.join(target, "QuickDraw", "test-00001-of-00002.parquet")
+    shutil.copy(os.path.join(publishable, "QuickDraw", "test-00000-of-00001.parquet"), stray)
+    # a temporary file an interrupted publish left
+    leftover = os.path.join(target, "QuickDraw", ".tmp-0123456789ab-1-0-test.parquet")
+    with open(leftover, "wb") as handle:
+        handle.write(b"half a file")
+    code, text = run_publish(publishable, target, capsys)
+    assert code == 0, text
+    assert "delete 3 stale" in text, text
+    assert not any(os.path.exists(p) for p in (
+        stray, leftover, os.path.join(target, "reports", "old_report.json")))
+
+
+def test_a_target_that_is_a_link_to_a_folder_is_published_into_that_folder(
+        publishable, tmp_path, capsys):
+    """Documented: the target is the user's; a link given as the target is followed (links
+    inside it are not), and a rerun finds what the first publish wrote."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    os.symlink(real, link)
+    assert run_publish(publishable, str(link), capsys)[0] == 0
+    assert (real / "README.md").exists() and (real / publish.MANIFEST).exists()
+    code, text = run_publish(publishable, str(link), capsys)
+    assert code == 0 and "nothing to do" in text, text
+
+
+@pytest.mark.parametrize("prefix", ["../../escape", "/tmp/escape", "test/../../escape", "..",
+                                    "a//b", "./test"])
+def test_an_upstream_prefix_leading_out_of_the_target_is_refused(publishable, tmp_path, capsys,
+                                                                 prefix):
+    target = str(tmp_path / "a" / "published")
+    code, text = run_publish(publishable, target, capsys, "--with_upstream",
+                             "--upstream_prefix", prefix)
+    assert code == 2, text
+    assert_one_clear_line(code, text, "--upstream_prefix")
+    assert not os.path.exists(tmp_path / "escape") and not os.path.exists(target)
+
+
+@pytest.mark.parametrize("where", ["staging is the build", "staging inside the build",
+                                   "target is the build", "target inside the build"])
+def test_staging_or_target_inside_the_build_folder_is_refused(publishable, tmp_path, capsys,
+                                                              where):
+    before = sorted(os.listdir(publishable))
+    inside = os.path.join(publishable, "sub") if "inside" in where else publishable
+    if where.startswith("staging"):
+        flags = ("--with_upstream", "--staging_dir", inside)
+        target = str(tmp_path / "published")
+    else:
+        flags, target = (), inside
+    code, text = run_publish(publishable, target, capsys, *flags)
+    assert code == 2, text
+    assert_one_clear_line(code, text, "inside the build folder")
+    assert sorted(os.listdir(publishable)) == before
+
+
+@pytest.mark.parametrize("when", ["writing", "renaming", "archiving"])
+def test_an_interrupted_publish_leaves_no_temporary_file_and_no_staging_folder(
+        publishable, tmp_path, monkeypatch, when):
+    """Ctrl-C (and SIGTERM/SIGHUP, which core.cli turns into the same exception) mid-publish:
+    every temporary file is removed, and so is the staging folder, the user's own kept."""
+    calls = []
+    target = publish.FsspecTarget(str(tmp_path / "published"))
+
+    def interrupt_after_two(original):
+        def wrapper(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 2:
+                raise KeyboardInterrupt
+            return original(*args, **kwargs)
+        return wrapper
+
+    if when == "writing":
+        monkeypatch.setattr(publish.FsspecTarget, "copy_bytes",
+                            interrupt_after_two(publish.FsspecTarget.copy_bytes))
+    elif when == "renaming":
+        monkeypatch.setattr(target.fs, "mv", interrupt_after_two(target.fs.mv))
+    else:
+        monkeypatch.setattr(publish, "write_deterministic_zip",
+                            interrupt_after_two(publish.write_deterministic_zip))
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "mine.txt").write_text("the user's")
+    with pytest.raises(KeyboardInterrupt):
+        publish.publish(publishable, target, with_upstream=True, staging_dir=str(staging))
+    assert temporaries(str(tmp_path / "published")) == []
+    assert sorted(os.listdir(staging)) == ["mine.txt"]
+
+
+def test_the_owned_staging_folder_is_removed_after_an_interruption(publishable, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setattr(publish.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(publish, "write_deterministic_zip", no_keyboard)
+    with pytest.raises(KeyboardInterrupt):
+        publish.publish(publishable, publish.FsspecTarget(str(tmp_path / "published")),
+                        with_upstream=True)
+    assert glob.glob(str(tmp_path / "proactivebench-publish-*")) == []
+
+
+def no_keyboard(*args, **kwargs):
+    raise KeyboardInterrupt

@@ -15,6 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import file_text, read_json
+from test_buildfolder import (assert_one_clear_line, built, resign,  # noqa: F401 - a fixture
+                              rewrite_shards, run_validate)
+from proactivebench_builder.core import buildfolder
 from proactivebench_builder.pipeline.commands import main as build
 from proactivebench_builder.core.records import arrow_schema
 from proactivebench_builder.pipeline.commands.validate import main, validate_folder
@@ -358,3 +361,15 @@ def test_validate_catches_a_shard_that_differs_from_build_json(built_copy, capsy
     assert validate_main([built_copy, "--skip_frames"]) == 1
     out = capsys.readouterr().out
     assert changed in out and "sha256" in out
+
+
+def test_validate_stays_bounded_on_a_forged_step_cap(built, capsys):
+    """A re-signed ChangeIt shard with max_steps = 10^9 passes the checksums (integrity is not
+    authenticity); validate's row checks stay bounded and name the value."""
+    def huge_cap(rows):
+        rows[0]["max_steps"] = 10 ** 9
+    rewrite_shards(built, "ChangeIt", huge_cap)
+    resign(built)
+    assert buildfolder.folder_problems(built) == []  # the forgery passes the integrity check
+    code, text = run_validate(built, capsys)
+    assert_one_clear_line(code, text, "max_steps=1000000000")

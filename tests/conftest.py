@@ -21,6 +21,8 @@ os.environ["PROACTIVEBENCH_SCENARIO_PATH"] = os.pathsep.join(
 
 import pytest  # noqa: E402
 
+from proactivebench_builder.core import results  # noqa: E402
+
 from proactivebench_builder.pipeline.commands.build import run_build  # noqa: E402
 from proactivebench_builder.pipeline.local_runs import flag_given  # noqa: E402
 from proactivebench_builder.pipeline.miniature import ensure_miniature_sources  # noqa: E402
@@ -360,3 +362,40 @@ def balanced(report: dict) -> bool:
     """raw items = samples + dead letters + exclusions, per scenario (build.json's check)."""
     return all(s["accounted"] and s["raw_items"] == s["samples"] + s["dead_letters"]
                + sum(s.get("excluded", {}).values()) for s in report["scenarios"].values())
+
+
+# ---- a scenario's values, read in the test's process -------------------------------------------
+
+def values_of(scenario, unit) -> list:
+    """The values of reading `unit`; ROD's "archives": every archive's unit, the fragments of a
+    sequence merged as the build merges them."""
+    if unit != "archives":
+        return list(scenario.read_unit(unit))
+    from proactivebench_builder.pipeline.reading import merged_fragments
+
+    values = [v for u in scenario.list_units() for v in scenario.read_unit(u)]
+    fragments = [v for v in values if isinstance(v, results.Fragment)]
+    return [v for v in values if v not in fragments] + list(merged_fragments(fragments))
+
+
+def _frame_paths_of(scenario, values) -> dict[str, list[str]]:
+    """key -> the upstream-layout path of each frame, for the candidates among `values`."""
+    found = {}
+    for v in values:
+        if isinstance(v, results.Candidate):
+            row = scenario.build_sample(v.key, v.item)
+            found[v.key] = [scenario.frame_path(row, f) for f in row["frame_ids"]]
+    return found
+
+
+def get_scenario_named(name: str, root: str):
+    from proactivebench_builder.transforms import get_scenario
+
+    return get_scenario(name)(0, root)
+
+
+def private_root(tmp_path, name: str) -> str:
+    from proactivebench_builder.pipeline.miniature import ensure_miniature_sources
+    from proactivebench_builder.transforms import load_scenarios
+
+    return ensure_miniature_sources(str(tmp_path / "src"), {name: load_scenarios()[name]})

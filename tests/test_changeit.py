@@ -1,6 +1,7 @@
 """ChangeIt end to end on its miniature source (pre-extracted frames, mp4 and webm videos), the
 record semantics field by field, the real repository files, determinism, and bad raw items (a
-video that is a FIFO is a dead letter, never decoded)."""
+video that is a FIFO is a dead letter, never decoded), broken or CR-ended categories and labels
+tables, and a video id holding braces."""
 from __future__ import annotations
 
 import io
@@ -11,8 +12,10 @@ import datasets
 import pytest
 from PIL import Image
 
-from conftest import (balanced, build, build_report, builds, copy_sources, dead_letter_reasons,
-                      file_bytes, file_text, read_json, read_jsonl, run, shard_files)
+from conftest import (_frame_paths_of, balanced, build, build_report, builds, copy_sources,
+                      dead_letter_reasons, file_bytes, file_text, get_scenario_named,
+                      private_miniature, read_json, read_jsonl, run, shard_files, values_of)
+from proactivebench_builder.core import results
 from test_fileio import replace
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core.errors import BadItem
@@ -530,3 +533,81 @@ def test_a_fifo_in_place_of_a_video_is_an_ordinary_dead_letter(video_fifo_build)
     assert "Traceback" not in result.stderr
     reasons = [r for p, r in dead_letter_reasons(output).items() if "Zx9-cVb7nM1" in p]
     assert reasons and all(not r.startswith("unexpected error") for r in reasons), reasons
+
+
+# ---- ChangeIt: categories.csv and labels.csv -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+@builds
+def changeit_source(tmp_path_factory) -> str:
+    return os.path.join(private_miniature(tmp_path_factory, "changeit"), "changeit")
+
+
+def _changeit_root(source: str, tmp_path) -> str:
+    """A private copy of ChangeIt's miniature, without its (large) frames and videos."""
+    root = str(tmp_path / "changeit")
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns("frames", "downloads"))
+    return root
+
+
+@pytest.mark.parametrize("name,damage", [
+    ("categories.csv", lambda t: t.replace(b'"Bacon Frying"', b"Bacon\rFrying", 1)),
+    ("labels.csv", lambda t: t.replace(b'"action"', b"act\rion", 1)),
+    ("categories.csv", lambda t: t + b'x,"' + b"y" * 200000 + b'",0.1\n'),
+    ("labels.csv", lambda t: t + b"\xff\xfe\n"),
+    ("categories.csv", lambda t: t + b"\xff\xfe\n"),
+])
+def test_a_broken_table_is_one_line_naming_it(name, damage, changeit_source, tmp_path):
+    """Listing the units stops the build with one line naming it."""
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.changeit.scenario import ChangeIt
+
+    root = _changeit_root(changeit_source, tmp_path)
+    path = os.path.join(root, name)
+    with open(path, "rb") as handle:
+        text = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(damage(text))
+    with pytest.raises(SourceError, match=name.replace(".", r"\.")):
+        ChangeIt(0, root).list_units()
+
+
+def test_tables_with_carriage_return_line_ends_parse(changeit_source, tmp_path):
+    """CR-only line ends (an old Mac export) are line ends, as CSV says, not an error."""
+    from proactivebench_builder.transforms.changeit.scenario import ChangeIt
+
+    root = _changeit_root(changeit_source, tmp_path)
+    before = ChangeIt(0, root).list_units()
+    for name in ("categories.csv", "labels.csv"):
+        path = os.path.join(root, name)
+        with open(path, "rb") as handle:
+            text = handle.read()
+        with open(path, "wb") as handle:
+            handle.write(text.replace(b"\n", b"\r"))
+    scenario = ChangeIt(0, root)
+    assert scenario.list_units() == before
+    values = list(scenario.read_unit(before[0]))
+    assert any(isinstance(v, results.Candidate) for v in values)
+
+
+# ---- ChangeIt: a video id holding braces ---------------------------------------------------------
+
+def test_a_changeit_video_id_with_braces_keeps_its_name(changeit_source, tmp_path):
+    root = str(tmp_path / "changeit")
+    shutil.copytree(changeit_source, root)
+    scenario = get_scenario_named("changeit", root)
+    unit = scenario.list_units()[0]
+    category = os.path.basename(unit)
+    name = sorted(n for n in os.listdir(unit) if n.endswith(".fps1.csv"))[0]
+    video = name.split(".", 1)[0]
+    os.rename(os.path.join(unit, name), os.path.join(unit, f"{video}{{v}}.fps1.csv"))
+    frames = os.path.join(root, scenario.params["frames_dir"], category)
+    os.rename(os.path.join(frames, video), os.path.join(frames, video + "{v}"))
+    listing = os.path.join(root, "videos", f"{category}.csv")
+    with open(listing, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(listing, "w", encoding="utf-8") as handle:
+        handle.write(text.replace(video + ",", video + "{v},"))
+    paths = _frame_paths_of(scenario, values_of(scenario, unit))
+    braced = [p for key, ps in paths.items() if "{v}" in key for p in ps]
+    assert braced and all(p.startswith(f"ChangeIt/{category}/{video}{{v}}/") for p in braced)

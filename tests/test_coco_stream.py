@@ -425,3 +425,20 @@ def test_memory_stays_far_below_the_file_size(tmp_path):
     assert sum(1 for found in index.objects.values() if found.single) == 100
     # json.loads alone would hold several times the file (a float object per coordinate)
     assert peak < size / 3, (peak, size)
+
+
+# ---- COCO: the streaming JSON reader -------------------------------------------------------------
+
+@pytest.mark.parametrize("doc", [
+    b'{"images": ' + b"[" * 30000 + b"]" * 30000 + b', "annotations": []}',
+    b'{"images": [], "annotations": [' + b'{"a":' * 30000 + b"1" + b"}" * 30000 + b"]}",
+    b'{"info": ' + b"[" * 30000,
+])
+@pytest.mark.parametrize("chunk", [7, 1 << 20])
+def test_a_deeply_nested_value_is_a_value_error_naming_its_position(doc, chunk):
+    """It is a ValueError naming where the value starts."""
+    from proactivebench_builder.transforms.coco.annotations import index_annotations
+
+    with pytest.raises(ValueError, match=r"at character \d+") as err:
+        index_annotations(io.BytesIO(doc), chunk)
+    assert "nested" in str(err.value) or "truncated" in str(err.value)

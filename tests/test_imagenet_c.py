@@ -1,4 +1,5 @@
-"""ImageNet-C end to end on its miniature `<corruption>/<severity>/<wnid>/` source."""
+"""ImageNet-C end to end on its miniature `<corruption>/<severity>/<wnid>/` source (a file name
+holding braces keeps its name)."""
 from __future__ import annotations
 
 import io
@@ -8,7 +9,8 @@ import shutil
 import datasets
 import pytest
 
-from conftest import read_json, read_jsonl, run
+from conftest import (_frame_paths_of, get_scenario_named, private_root, read_json, read_jsonl,
+                      run, values_of)
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core.vocabulary import is_abstain
 from proactivebench_builder.transforms import upstream_action_of
@@ -82,3 +84,23 @@ def test_corrupt_files_become_dead_letters(tmp_path, miniature_root):
     assert dead[victims[3][1]] == "missing frame file"
     assert report["samples"] == report0["samples"] - 4 and report["accounted"]
     assert read_json(os.path.join(out, "reports", "build.json"))
+
+
+# ---- ImageNet-C: a file name holding braces -------------------------------------------------------
+
+@pytest.mark.build
+def test_an_imagenet_c_file_name_with_braces_keeps_its_name(tmp_path):
+    """Braces are doubled
+    in the template's literal parts, and the frame path is the file's own name."""
+    import glob
+
+    src = os.path.join(private_root(tmp_path, "imagenet_c"), "ImageNet-C")
+    first = sorted(glob.glob(f"{src}/*/*/*/*.JPEG"))[0]
+    wnid, name = first.split("/")[-2], os.path.basename(first)
+    for path in glob.glob(f"{src}/*/*/{wnid}/{name}"):
+        os.rename(path, os.path.join(os.path.dirname(path), "x{1}" + name))
+    scenario = get_scenario_named("imagenet_c", src)
+    scenario.params["samples_per_class"] = 100
+    paths = _frame_paths_of(scenario, values_of(scenario, wnid))
+    braced = [p for key, ps in paths.items() if "{" in key for p in ps]
+    assert len(braced) == 5 and all(p.endswith(f"/{wnid}/x{{1}}{name}") for p in braced)

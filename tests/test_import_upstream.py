@@ -1,6 +1,7 @@
 """pipeline/import_upstream.py: a release's records become rows with their values as the release
 holds them (integers stay integers through the shards and a re-export) and a config's rows are
-written in id order; a byte-order mark opening a JSONL is not a bad record."""
+written in id order; a byte-order mark opening a JSONL is not a bad record, and a record of the
+wrong types or shape is one dead letter naming its line while the import goes on."""
 from __future__ import annotations
 
 import pytest
@@ -149,3 +150,121 @@ def test_a_release_in_a_bucket_imports_as_from_a_folder(tmp_path, s3_port):
     for shard in shards:
         assert open(os.path.join(local, shard), "rb").read() == \
             open(os.path.join(remote, shard), "rb").read()
+
+
+# ---- --import_upstream: the records of a release --------------------------------------
+
+@pytest.fixture(scope="module")
+def quickdraw_release(shared_build, miniature_root) -> str:
+    """The upstream export of a shared QuickDraw-only build: a release folder to import (read
+    only: tests copy what they change)."""
+    return os.path.join(shared_build(miniature_root, "quickdraw", "--no_train",
+                                         "--upstream_export")[0], "upstream")
+
+
+def _release_lines(folder: str) -> list[bytes]:
+    with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "rb") as handle:
+        return handle.read().splitlines()
+
+
+def _import_config(folder: str):
+    from proactivebench_builder.core.config import BuildConfig
+
+    return BuildConfig(seed=0, output="/unused", scenarios=("quickdraw",),
+                       sources={"quickdraw": folder}, config_to_scenario={"QuickDraw": "quickdraw"},
+                       import_upstream=folder, import_configs=("QuickDraw",), keep_ids=True)
+
+
+def _edited(line: bytes, **changes) -> bytes:
+    import json
+
+    record = json.loads(line)
+    record.update(changes)
+    return json.dumps(record).encode()
+
+
+BAD_RECORDS = {
+    "template a number": dict(image_template=5),
+    "template a list": dict(image_template=["QuickDraw/{image}.png"]),
+    "template with a format spec": dict(image_template="QuickDraw/{image:>999999999}.png"),
+    "template with an attribute": dict(image_template="QuickDraw/{image.__class__}.png"),
+    "template leading out": dict(image_template="../../elsewhere/{image}.png"),
+    "frame_ids strings": dict(frame_ids=["0", "1"]),
+    "frame_ids a number": dict(frame_ids=3),
+    "frame_ids huge": dict(frame_ids=list(range(200000))),
+    "key a list": dict(key=["a"]),
+    "key of another config": dict(key="coco2014/1"),
+    "prompt a number": dict(prompt=5),
+    "options a string": dict(options="A"),
+    "num_images 10^20": dict(num_images=10 ** 20),
+    "id a float": dict(id=1.9),
+    "id a bool": dict(id=True),
+    "id null": dict(id=None),
+    "answer null": dict(answer=None),
+    "source of another shape": dict(source={"files": "x"}),
+    "crop not a dict": dict(crop=[1, 2]),
+    "step a string": dict(horizontal_step="x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS) + ["nested", "not utf-8", "a list",
+                                                        "nan", "not json"])
+def test_a_bad_upstream_record_is_one_dead_letter(case, quickdraw_release, tmp_path):
+    """Each is
+    one dead letter naming the line, before any writer."""
+    from proactivebench_builder.pipeline.import_upstream import ImportRecord, ReadRecords
+
+    good = _release_lines(quickdraw_release)[0]
+    line = {"nested": b"[" * 100000, "not utf-8": good.replace(b"Trumpet", b"Tr\xffmpet"),
+            "a list": b"[1, 2]", "nan": _edited(good).replace(b'"first_image": 0',
+                                                         b'"first_image": NaN'),
+            "not json": b'{"id": 0,'}.get(case) or _edited(good, **BAD_RECORDS.get(case, {}))
+    folder = str(tmp_path / "release")
+    shutil.copytree(quickdraw_release, folder)
+    with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
+        handle.write(line + b"\n")
+    config = _import_config(folder)
+    read = list(ReadRecords(config).process("QuickDraw"))
+    assert len(read) == 1
+    values = list(ImportRecord(config).process(read[0]))
+    assert [type(v).__name__ for v in values] == ["Count", "DeadLetter"], values
+    assert values[1].path == "QuickDraw_preprocessed.jsonl:1", values[1]
+
+
+def test_a_good_upstream_record_still_imports(quickdraw_release):
+    import pyarrow as pa
+
+    from proactivebench_builder.core.records import arrow_schema
+    from proactivebench_builder.pipeline.import_upstream import ImportRecord, ReadRecords
+
+    config = _import_config(quickdraw_release)
+    for element in ReadRecords(config).process("QuickDraw"):
+        values = list(ImportRecord(config).process(element))
+        assert [type(v).__name__ for v in values] == ["Count", "Sample"], values
+        row = dict(values[1].row, frames=[])
+        schema = arrow_schema()
+        pa.Table.from_pylist([{c: row.get(c) for c in schema.names}], schema=schema)
+
+
+def test_an_import_with_bad_records_builds_and_accounts(quickdraw_release, tmp_path):
+    """The repro of the inventory (36): bad records among good ones; the build goes on, each
+    bad record a dead letter, every shard written, the accounting balanced."""
+    from conftest import read_jsonl, run
+
+    lines = _release_lines(quickdraw_release)
+    bad = [_edited(lines[0], image_template=5), _edited(lines[1], prompt=5),
+           _edited(lines[2], num_images=10 ** 20), _edited(lines[3], key=["a"]),
+           _edited(lines[4], frame_ids=["0"]), b"[" * 100000, b"\xff\xfe{}"]
+    folder = str(tmp_path / "release")
+    shutil.copytree(quickdraw_release, folder)
+    with open(os.path.join(folder, "QuickDraw_preprocessed.jsonl"), "wb") as handle:
+        handle.write(b"\n".join(bad + lines[5:]) + b"\n")
+    output = str(tmp_path / "out")
+    report = run(output, "/unused", "quickdraw", f"--import_upstream={folder}",
+                 "--max_bad_fraction=1")
+    entry = report["scenarios"]["quickdraw"]
+    assert entry["accounted"] and entry["samples"] == len(lines) - 5
+    assert entry["dead_letters"] == len(bad)
+    letters = read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+    assert {d["path"] for d in letters} == {f"QuickDraw_preprocessed.jsonl:{n}"
+                                            for n in range(1, len(bad) + 1)}

@@ -1,6 +1,7 @@
 """MVP-N scenario: the record semantics the upstream MVPNEnvironment relies on, the upstream
 export it reads, determinism, safe pickle reading (a pickle claiming a huge object included),
-the class-name table read after the overrides, dead letters and the build accounting."""
+the class-name table read after the overrides, dead letters and the build accounting (a memo
+index or a list file over its cap claims no memory; a view token is ASCII digits)."""
 from __future__ import annotations
 
 import io
@@ -15,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_report, builds, read_jsonl, run, shard_files
+from conftest import build_report, builds, private_root, read_jsonl, run, shard_files
+from test_rod import balanced
+from proactivebench_builder.core import results
 from test_configure import refused_build
 from proactivebench_builder.core.manifests import load_data_file
 from proactivebench_builder.transforms import manifest_of
@@ -397,3 +400,59 @@ def test_a_list_pickle_claiming_a_huge_bytes_object_is_a_bad_pickle():
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20
+
+
+# ---- MVP-N list pickles ------------------------------------------------------------------------
+
+def test_a_pickle_memo_index_claims_no_memory():
+    """A memo
+    index beyond the entries the pickle has made is a bad pickle, refused before unpickling."""
+    import struct
+
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.mvpn.scenario import load_sample_list
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadItem, match="bad pickle: memo"):
+            load_sample_list(b"\x80\x02]r" + struct.pack("<I", 1 << 27) + b".")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    import pickle
+
+    value = [["a/b/1_0.png", "a/b/2_1.png"]] * 3 + [["x"] * 300]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):  # what picklers write still loads
+        assert load_sample_list(pickle.dumps(value, protocol=protocol)) == value
+
+
+@pytest.mark.build
+def test_a_list_file_over_its_cap_is_a_dead_letter(tmp_path):
+    """A list pickle builds ~30 bytes of objects per byte of pickle (EMPTY_LIST, APPEND...): a
+    256 MiB one could hold gigabytes. A list file over MAX_LIST_BYTES (the real ones hold about
+    twenty kB) is a dead letter, unread."""
+    from proactivebench_builder.transforms.mvpn.scenario import MAX_LIST_BYTES, MVPN
+
+    root = private_root(tmp_path, "mvpn")
+    unit = os.path.join(root, "mvpn", "data", "test_list", "test_0000_100.pkl")
+    with open(unit, "r+b") as handle:
+        handle.truncate(MAX_LIST_BYTES + 1)
+    scenario = MVPN(0, os.path.join(root, "mvpn"))
+    values = list(scenario.read_unit(unit))
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert len(letters) == 1 and "larger than" in letters[0].reason
+    assert balanced(values, "mvpn")
+
+
+@pytest.mark.parametrize("token", ["\u0663", "\u00b2", "9" * 12])
+def test_a_view_token_that_is_not_ascii_digits_is_a_dead_letter(token):
+    """'²'.isdigit() is true but int('²') fails (the element was a dead letter saying
+    "ValueError"), and int('٣') is 3: a view file ٣_0.png was exported as 3_0.png. A view token
+    must be ASCII digits to be a frame id."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.mvpn.scenario import MVPN
+
+    scenario = MVPN(0, "/nowhere")
+    with pytest.raises(BadItem, match="non-integer view token"):
+        scenario._frame_ids([f"0041/1/{token}_0.png", "0041/1/2_1.png"])

@@ -126,3 +126,18 @@ def test_manifest_parameters_can_be_overridden_per_build(tmp_path, miniature_roo
     assert report["stamp"]["parameter_overrides"] == {"quickdraw": {"samples_per_class": 2}}
     with pytest.raises(SystemExit, match="has no parameter 'samples'"):
         run(out, miniature_root, "quickdraw", "--set", "quickdraw.samples=2")
+
+
+# ---- QuickDraw lines ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key_id", ["\u0663", "\u00b2", "12\u00b2"])
+def test_a_key_id_of_other_digits_is_a_dead_letter(key_id, tmp_path):
+    """A key_id is ASCII digits, as the canonical-line pattern reads it; the full parse took
+    any character str.isdigit() accepts ('²', '٣'), so one drawing could be read two ways."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.quickdraw.scenario import QuickDraw
+
+    line = ('{"word":"cat","countrycode":"US","timestamp":"t","recognized":true,"key_id":"%s",'
+            '"drawing":[[[1,2],[3,4]],[[5,6],[7,8]]]}' % key_id).encode()
+    with pytest.raises(BadItem, match="key_id"):
+        QuickDraw(0, str(tmp_path))._parse_line(line, "cat")

@@ -1,10 +1,11 @@
 """pipeline/reading.py, a scenario's units read into raw items and samples: an unexpected error
-inside one raw item makes it alone a dead letter, and a unit failing part way is one dead letter
+inside one raw item (or one train example) makes it alone a dead letter, and a unit failing part way is one dead letter
 standing for the rest, with every scenario still accounted (raw items = samples + dead letters +
 exclusions)."""
 from __future__ import annotations
 
 from conftest import IN_PROCESS, accounted, dead_letters, run
+from proactivebench_builder.core import results
 from proactivebench_builder.transforms import load_scenarios
 
 
@@ -47,3 +48,22 @@ def test_errors_inside_items_and_units_keep_every_scenario_accounted(tmp_path, m
         if name in failed_items:
             assert any(r.startswith("unexpected error: RuntimeError: injected") for r in reasons)
     assert failed_units == set(load_scenarios())
+
+
+def test_an_unexpected_error_in_one_train_example_is_its_dead_letter(tmp_path, monkeypatch):
+    """A test item that fails unexpectedly is its own dead letter (BuildSample); a train item
+    that did took the whole build down with a runner traceback. Now it is the same."""
+    from proactivebench_builder.core.config import BuildConfig
+    from proactivebench_builder.pipeline.reading import train_example_values
+    from proactivebench_builder.transforms.coco.scenario import Coco
+
+    def broken(self, key, item):
+        raise RuntimeError("a plug-in's bug")
+
+    monkeypatch.setattr(Coco, "build_train_example", broken)
+    root = str(tmp_path)
+    config = BuildConfig(seed=0, output="/unused", scenarios=("coco",), sources={"coco": root},
+                         config_to_scenario={"coco2014": "coco"}, train_sources={"coco": root})
+    values = list(train_example_values(results.Candidate("coco/train", "coco2014/k", {}), config))
+    assert len(values) == 1 and isinstance(values[0], results.DeadLetter)
+    assert values[0].scenario == "coco/train" and "RuntimeError: a plug-in's bug" in values[0].reason

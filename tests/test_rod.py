@@ -1,7 +1,10 @@
 """ROD scenario: the record semantics the upstream ROD environment relies on (field by field),
 pass-through JPEG frames read straight from the tar.gz archives, upstream's s6 substitution, the
 upstream export, determinism, dead letters for every kind of bad raw item (link members among
-them), a huge member that does not raise the peak memory, and the accounting."""
+them), a huge member that does not raise the peak memory, and the accounting; the archive
+reader at its edges (extended headers that claim memory or time, a frame number too long for
+int, an odd dataset_info.json, a bzip2 bomb, archives of any compression, settings holding
+braces), each a counted dead letter or one line, never a traceback, a hang or unbounded memory."""
 from __future__ import annotations
 
 import gzip
@@ -11,13 +14,16 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tracemalloc
 
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import (IN_PROCESS, REPO, RUNNER, accounted, build_report, builds, dead_letters,
-                      private_miniature, read_json, read_jsonl, run, shard_files)
+from conftest import (IN_PROCESS, REPO, RUNNER, _frame_paths_of, accounted, build_report, builds,
+                      dead_letters, private_miniature, read_json, read_jsonl, run, shard_files,
+                      values_of)
+from proactivebench_builder.core import results
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms import upstream_action_of
@@ -584,3 +590,330 @@ def test_link_members_of_an_archive_are_counted_dead_letters(tmp_path_factory):
     accounted(report)
     links = [d for d in dead_letters(output) if d["reason"].startswith("link member")]
     assert len(links) == 2 and all("/etc/hostname" in d["reason"] for d in links)
+
+
+def counted(values) -> dict:
+    """what -> the sum of its counts."""
+    total = {}
+    for v in values:
+        if isinstance(v, results.Count):
+            total[v.what] = total.get(v.what, 0) + v.n
+    return total
+
+
+def balanced(values, label: str) -> bool:
+    raw = sum(v.n for v in values if isinstance(v, results.Count) and v.scenario == label
+              and v.what == "raw_items")
+    excluded = sum(v.n for v in values if isinstance(v, results.Count) and v.scenario == label
+                   and v.what.startswith("excluded:"))
+    resolved = sum(1 for v in values if isinstance(v, (results.Candidate, results.DeadLetter))
+                   and v.scenario == label)
+    return raw == resolved + excluded
+
+
+# ---- ROD: tar headers -------------------------------------------------------------
+
+def _header(name: str, size: int, kind: bytes, fmt=tarfile.USTAR_FORMAT) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info._create_header(info.get_info(), fmt, "utf-8", "strict")
+
+
+def _frame_member(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(format=tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+def hostile_archive(path: str, kind: str, declared: int) -> None:
+    """A .tar.gz whose first header is a GNU long-name ('L') or PAX ('x') extended header
+    declaring `declared` bytes (all present, so tarfile would read them whole), then a frame."""
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), __import__("random").Random(0))
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        if kind == "gnu":
+            out.write(_header("././@LongLink", declared, tarfile.GNUTYPE_LONGNAME,
+                              tarfile.GNU_FORMAT))
+            block = b"a" * (1 << 20)
+        else:
+            out.write(_header("PaxHeaders/x", declared, tarfile.XHDTYPE))
+            head = f"{declared} comment=".encode()
+            out.write(head)
+            block = b"a" * (1 << 20)
+            declared -= len(head)
+        left = declared
+        while left > 0:
+            out.write(block[:min(left, len(block))])
+            left -= len(block)
+        out.write(b"\0" * (-declared % 512))
+        out.write(_frame_member("natural_bluebl_greenr-banana-s0.jpg", frame))
+        out.write(b"\0" * 1024)
+
+
+def rod_source(tmp_path, archives: dict[str, bytes] | None = None) -> str:
+    """A ROD source root holding only the given archives (name -> bytes)."""
+    root = tmp_path / "rod_src"
+    root.mkdir()
+    for name, data in (archives or {}).items():
+        (root / name).write_bytes(data)
+    return str(root)
+
+
+@pytest.mark.parametrize("kind", ["gnu", "pax"])
+def test_an_extended_header_over_the_cap_is_refused_unread(kind, tmp_path):
+    """The archive is one dead letter naming it, read no further, and the other
+    archives are read as before."""
+    import random
+
+    root = rod_source(tmp_path, {"rod_0.tar.gz": tar_gz([
+        (f"natural_bluebl_greenr-banana-s{i}.jpg",
+         sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)])})
+    hostile_archive(os.path.join(root, "rod_1.tar.gz"), kind, 64 << 20)
+    rod = ROD(0, root)
+    rod.params["read_from"] = "archives"
+    tracemalloc.start()
+    try:
+        values = values_of(rod, "archives")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert [v.path for v in letters] == ["rod_1.tar.gz"], letters
+    assert "extended header" in letters[0].reason and "67,108,864" in letters[0].reason
+    assert [v.key for v in values if isinstance(v, results.Candidate)] == [
+        "Realistic-Occlusion-Dataset/natural_bluebl_greenr-banana"]
+    assert balanced(values, "rod")
+
+
+PEAK_HEADER_BYTES = 256 << 20
+
+
+@pytest.mark.build
+def test_extended_headers_do_not_raise_peak_memory(tmp_path_factory):
+    """The issue's measurement: three ROD archives whose GNU long-name or PAX headers declare
+    256 MiB drove a build's peak memory from ~200 MB to ~960 MB. Now they are dead letters
+    naming each archive, and the peak stays that of the clean build."""
+    from conftest import accounted, dead_letters
+    from test_rod import build_peak_mb
+
+    clean_root = private_miniature(tmp_path_factory, "rod")
+    hostile_root = str(tmp_path_factory.mktemp("rod_headers"))
+    shutil.copytree(clean_root, hostile_root, dirs_exist_ok=True)
+    for name, kind in (("rod_2.tar.gz", "gnu"), ("rod_3.tar.gz", "pax"), ("rod_4.tar.gz", "pax")):
+        hostile_archive(os.path.join(hostile_root, "rod", name), kind, PEAK_HEADER_BYTES)
+    clean_out = str(tmp_path_factory.mktemp("rod_headers_clean") / "out")
+    code, clean_mb = build_peak_mb(clean_out, clean_root)
+    assert code == 0
+    out = str(tmp_path_factory.mktemp("rod_headers_out") / "out")
+    code, hostile_mb = build_peak_mb(out, hostile_root, "--max_bad_fraction=0.5")
+    assert code == 0
+    print(f"peak RSS: clean {clean_mb:.0f} MB, with 3 x 256 MiB extended headers "
+          f"{hostile_mb:.0f} MB")
+    assert hostile_mb <= clean_mb * 1.10, (clean_mb, hostile_mb)
+    accounted(read_json(os.path.join(out, "reports", "build.json")))
+    refused = sorted(d["path"] for d in dead_letters(out) if "extended header" in d["reason"])
+    assert refused == ["rod_2.tar.gz", "rod_3.tar.gz", "rod_4.tar.gz"]
+    assert shard_files(out) == shard_files(clean_out)
+
+
+DECLARED_ONLY = r"""
+import gzip, io, sys, tarfile
+from proactivebench_builder.transforms.rod.scenario import ROD
+root, bits = sys.argv[1], int(sys.argv[2])
+buf = io.BytesIO()
+info = tarfile.TarInfo("natural_bluebl_greenr-banana-s13.jpg")
+info.size = 1 << bits                      # declared only (base-256 size field): no data
+buf.write(info.tobuf(format=tarfile.GNU_FORMAT))
+open(root + "/rod_0.tar.gz", "wb").write(gzip.compress(buf.getvalue()))
+rod = ROD(0, root)
+rod.params["read_from"] = "archives"
+for value in rod.read_unit("archive:rod_0.tar.gz"):
+    if value.kind == "dead_letter":
+        print(value.path, "|", value.reason)
+"""
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("bits", [44, 86])
+def test_a_member_declaring_data_that_is_not_there_ends_with_the_stream(bits, tmp_path):
+    """The skip stops at the end of the stream: the archive is cut short,
+    a dead letter naming it, at once."""
+    done = subprocess.run([sys.executable, "-c", DECLARED_ONLY, rod_source(tmp_path), str(bits)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("rod_0.tar.gz | unreadable archive") for line in lines), lines
+
+
+def test_a_frame_number_too_long_for_int_is_an_unparseable_name(tmp_path):
+    """That member alone is a dead letter; a non-ASCII digit is not a
+    frame number either."""
+    import random
+
+    frames = [(f"natural_bluebl_greenr-banana-s{i}.jpg",
+               sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)]
+    odd = [("natural_bluebl_greenr-cup-s" + "9" * 5000 + ".jpg", frames[0][1]),
+           ("natural_bluebl_greenr-cup-s\u0663.jpg", frames[0][1])]
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": tar_gz(frames + odd)}))
+    rod.params["read_from"] = "archives"
+    values = values_of(rod, "archives")
+    letters = [v for v in values if isinstance(v, results.DeadLetter)]
+    assert len(letters) == 2 and all("unparseable frame name" in v.reason for v in letters)
+    assert [v.key for v in values if isinstance(v, results.Candidate)] == [
+        "Realistic-Occlusion-Dataset/natural_bluebl_greenr-banana"]
+    assert balanced(values, "rod")
+
+
+@pytest.mark.parametrize("text", ['{"features": {"label": {"names": 5}}}', "[" * 100000,
+                                  '{"features": [1]}'])
+def test_an_odd_dataset_info_is_one_line(text, tmp_path):
+    """dataset_info.json (the class table every ROD sample is checked against): a value of
+    another type or a deeply nested one is a SourceError naming the file, not a TypeError or
+    RecursionError traceback."""
+    from proactivebench_builder.core.errors import SourceError
+
+    root = rod_source(tmp_path, {"rod_0.tar.gz": tar_gz([]), "dataset_info.json":
+                                 text.encode()})
+    with pytest.raises(SourceError, match="dataset_info.json"):
+        ROD(0, root).list_units()
+
+
+def _pax_member(name: str, data: bytes, pax: dict[str, str]) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.pax_headers = len(data), pax
+    return info.tobuf(format=tarfile.PAX_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+def test_pax_headers_are_read_in_linear_time(tmp_path):
+    """tarfile (CPython before 3.11.10 / 3.12.6) looks for `hdrcharset` with a regular
+    expression that backtracks quadratically over a run of digits: 60 members whose PAX
+    header holds a 15,000-digit comment (well-formed, under the size cap) took ~30 s. Now PAX
+    records are parsed in one pass, and the members are read as usual."""
+    import random
+    import time
+
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), random.Random(0))
+    body = b"".join(_pax_member(f"other/{i}.txt", b"x", {"comment": "7" * 15000})
+                    for i in range(60))
+    body += _pax_member("natural_bluebl_greenr-banana-s0.jpg", frame, {"comment": "1" * 100})
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body + b"\0" * 1024)}))
+    rod.params["read_from"] = "archives"
+    started = time.monotonic()
+    values = values_of(rod, "archives")
+    assert time.monotonic() - started < 10
+    counts = counted(values)
+    assert counts.get("excluded:not_a_frame") == 60
+    assert balanced(values, "rod")
+
+
+@pytest.mark.parametrize("case", ["chain", "sparse", "malformed"])
+def test_odd_extended_headers_refuse_their_archive(case, tmp_path):
+    """A chain of 2,000 GNU long-name headers (tarfile recurses once per header: a
+    RecursionError took the whole ROD unit), a GNU sparse member (its 1.0 map is read with a
+    quadratic search) and a PAX header that is not made of records are each one dead letter
+    naming the archive."""
+    import random
+
+    if case == "chain":
+        link = _header("././@LongLink", 10, tarfile.GNUTYPE_LONGNAME, tarfile.GNU_FORMAT)
+        body = (link + b"x" * 10 + b"\0" * 502) * 2000
+    elif case == "sparse":
+        body = _pax_member("natural_bluebl_greenr-banana-s1.jpg", b"1\n0\n5\n" + b"a" * 100,
+                           {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                            "GNU.sparse.name": "a.jpg", "GNU.sparse.realsize": "5"})
+    else:
+        head = b"3 " + b"a" * 500 + b"="
+        body = _header("PaxHeaders/x", len(head), tarfile.XHDTYPE) + head + b"\0" * (
+            -len(head) % 512) + _frame_member("natural_bluebl_greenr-banana-s1.jpg", b"abc")
+    frame = sweep_frame(0, 14, (40, 30), (30, 60, 200), random.Random(0))
+    body = _frame_member("natural_bluebl_greenr-banana-s0.jpg", frame) + body + b"\0" * 1024
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body)}))
+    rod.params["read_from"] = "archives"
+    values = values_of(rod, "archives")
+    refused = [v for v in values if isinstance(v, results.DeadLetter) and v.path == "rod_0.tar.gz"]
+    assert len(refused) == 1 and refused[0].reason.startswith("refused archive: rod_0.tar.gz"), \
+        [v for v in values if isinstance(v, results.DeadLetter)]
+    assert balanced(values, "rod")
+
+
+def test_the_reader_keeps_no_list_of_members(tmp_path):
+    """tarfile keeps every member it has read, also when streaming: memory grew with the number
+    of members of an archive (30,000 tiny members: ~20 MB). Now only the current one is kept."""
+    body = b"".join(_frame_member(f"n/{i}.txt", b"") for i in range(30000)) + b"\0" * 1024
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": gzip.compress(body)}))
+    rod.params["read_from"] = "archives"
+    excluded = 0
+    tracemalloc.start()
+    try:
+        for value in rod.read_unit("archive:rod_0.tar.gz"):  # values not kept: the reader's memory
+            if isinstance(value, results.Count) and value.what == "excluded:not_a_frame":
+                excluded += value.n
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert excluded == 30000
+    assert peak < 4 << 20, peak
+
+
+# ---- ROD: archives of any compression --------------------------------------------------
+
+def test_a_bzip2_archive_decompresses_a_block_at_a_time(tmp_path):
+    """tarfile's "r|*" streams hand each 10 KiB of compressed input to the decompressor whole:
+    bzip2 turns ~100 bytes into 64 MiB of zeros, so one read held 64 MiB (a 10 KiB archive:
+    gigabytes). Now the archive is read through a decompressing file that returns what is
+    asked, whatever the compression."""
+    import bz2
+
+    zeros = tarfile.TarInfo("notes/zeros.bin")
+    zeros.size = 64 << 20
+    body = zeros.tobuf(format=tarfile.GNU_FORMAT)
+    compressor = bz2.BZ2Compressor(9)
+    data = compressor.compress(body)
+    for _ in range(64):
+        data += compressor.compress(b"\0" * (1 << 20))
+    data += compressor.compress(b"\0" * 1024) + compressor.flush()
+    assert len(data) < 16 << 10
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": data}))
+    rod.params["read_from"] = "archives"
+    tracemalloc.start()
+    try:
+        values = values_of(rod, "archives")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert counted(values).get("excluded:not_a_frame") == 1
+    assert peak < 16 << 20, peak
+
+
+@pytest.mark.parametrize("compress", ["bz2", "lzma", "none"])
+def test_archives_of_any_compression_give_their_frames_to_the_writer(compress, tmp_path):
+    """The member index and the writer's reads go through the same decompression."""
+    import bz2
+    import lzma
+    import random
+
+    frames = [(f"natural_bluebl_greenr-banana-s{i}.jpg",
+               sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)]
+    plain = gzip.decompress(tar_gz(frames))
+    data = {"bz2": bz2.compress, "lzma": lzma.compress, "none": bytes}[compress](plain)
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": data}))
+    rod.params["read_from"] = "archives"
+    rows = [rod.build_sample(v.key, v.item) for v in values_of(rod, "archives")
+            if isinstance(v, results.Candidate)]
+    assert len(rows) == 1
+    for ref, (_, expected) in zip(reversed(rows[0]["frame_refs"]), reversed(frames)):
+        assert rod.load_frame(ref) == expected
+
+
+# ---- ROD: a setting holding braces ------------------------------------------------------------
+
+def test_a_rod_setting_with_braces_keeps_its_name(tmp_path):
+    import random
+
+    frames = [(f"natural_{{x}}_bluebl_greenr-banana-s{i}.jpg",
+               sweep_frame(i, 14, (40, 30), (30, 60, 200), random.Random(i))) for i in range(14)]
+    rod = ROD(0, rod_source(tmp_path, {"rod_0.tar.gz": tar_gz(frames)}))
+    rod.params["read_from"] = "archives"
+    paths = _frame_paths_of(rod, values_of(rod, "archives"))
+    assert list(paths.values()) == [[f"Realistic-Occlusion-Dataset/natural_{{x}}_bluebl_greenr-"
+                                     f"banana-s{i}.jpg" for i in range(14)]]

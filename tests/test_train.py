@@ -1,14 +1,17 @@
 """The train split: loads with decoded images, is disjoint from the test pool, mixes ambiguous and
-unambiguous frames, and the reward scores each kind of answer."""
+unambiguous frames, its frames are checked like the test split's (one changed after validation
+is a dead letter), and the reward scores each kind of answer."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import datasets
 import pytest
 
-from conftest import read_json
+from conftest import private_miniature, read_json
+from proactivebench_builder.core import results
 from proactivebench_builder.runtime.reward import make_grpo_reward, reward
 
 
@@ -79,3 +82,59 @@ def test_grpo_reward_signature():
     scores = fn([[{"role": "assistant", "content": "A"}], "C"], ground_truth=["Cat.", "Cat."],
                 proactive_actions=[["Add more details."], []], options=options, prompts=None)
     assert scores == [1.0, 1.0]
+
+
+# ---- the train split: frames checked like the test split's -----------------------
+
+@pytest.mark.build
+@pytest.mark.parametrize("kind", ["file", "view"])
+def test_a_train_frame_changed_after_validation_is_a_dead_letter(kind, tmp_path_factory,
+                                                                 monkeypatch):
+    """The example is dropped as a counted dead letter, as in the test split."""
+    import dataclasses
+
+    from conftest import IN_PROCESS, read_jsonl, run
+    from proactivebench_builder.pipeline import row_store, shards
+
+    root = str(tmp_path_factory.mktemp("coco_train_changing"))
+    shutil.copytree(private_miniature(tmp_path_factory, "coco"), root, dirs_exist_ok=True)
+    truncated = []
+    original = shards.AssignIdsAndShards.process
+
+    def truncate_then_assign(self, element):
+        pool, values = element
+        values = list(values)
+        if pool == shards.TRAIN_POOL and not truncated:
+            examples = sorted((v for v in map(results.unpacked, values)  # packed to cross
+                               if isinstance(v, results.TrainExample)), key=lambda v: v.key)
+            examples = [dataclasses.replace(e, row=row_store.fetch(self.config.output, e.row))
+                        for e in examples]  # (their rows cross as references)
+            for example in examples:
+                ref = example.row["image_ref"]
+                if example.name == "coco" and ref["kind"] == kind:
+                    with open(ref["url"], "r+b") as handle:
+                        handle.truncate(os.path.getsize(ref["url"]) // 2)
+                    truncated.extend(e.key for e in examples
+                                     if e.row["image_ref"].get("url") == ref["url"])
+                    break
+        yield from original(self, (pool, values))
+
+    monkeypatch.setattr(shards.AssignIdsAndShards, "process", truncate_then_assign)
+    output = str(tmp_path_factory.mktemp("coco_train_changing_out") / "out")
+    report = run(output, root, "coco", IN_PROCESS, "--max_bad_fraction=1",
+                 "--no_upstream_export")
+    assert truncated, f"no COCO train example of kind {kind}"
+    letters = [d for d in read_jsonl(os.path.join(output, "reports", "dead_letters.jsonl"))
+               if "frame changed after validation" in d["reason"]]
+    assert sorted(d["key"] for d in letters) == sorted(truncated)
+    assert {d["scenario"] for d in letters} == {"coco/train"}
+    import pyarrow.parquet as pq
+
+    keys = [k for name in os.listdir(os.path.join(output, "data"))
+            for k in pq.read_table(os.path.join(output, "data", name),
+                                   columns=["key"]).column("key").to_pylist()]
+    assert not set(truncated) & set(keys)
+    train = report["train"]
+    assert train["scenarios"]["coco"]["accounted"] is True
+    assert train["examples"] == train["rows"] == len(keys)
+    assert report["status"] in ("building", "ok")

@@ -1,6 +1,8 @@
 """VSOD scenario: the record semantics the upstream VSOD environment relies on (field by field),
 the strong-occlusion rule, the labels file, the upstream export, determinism, dead letters for
-every kind of bad segment or label row (XML entities expand nothing), and the build accounting."""
+every kind of bad segment or label row (XML entities expand nothing), and the build accounting;
+the labels CSV and annotation XML of odd shapes (lone CRs, huge cells or files, non-ASCII digits,
+numbers that are not finite), natural frame order of any name, a segment holding braces."""
 from __future__ import annotations
 
 import io
@@ -13,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import build_report, builds, read_jsonl, run, shard_files
+from conftest import (_frame_paths_of, build_report, builds, get_scenario_named, private_root,
+                      read_jsonl, run, shard_files, values_of)
 from proactivebench_builder.transforms import manifest_of
 from proactivebench_builder.core import vocabulary
 from proactivebench_builder.transforms import upstream_action_of
@@ -361,3 +364,121 @@ def test_vsod_xml_entities_are_a_bad_item_and_expand_nothing(xml):
     finally:
         tracemalloc.stop()
     assert peak < 128 << 20
+
+
+# ---- VSOD: the labels CSV and the annotation XML --------------------------------------------
+
+def vsod_vocabulary() -> dict:
+    from proactivebench_builder.transforms import manifest_of
+
+    return manifest_of("vsod")["categories"]
+
+
+HEADER = "segment,question_type,answer,first_image,reference_image"
+
+
+def test_labels_with_lone_carriage_returns_parse():
+    """CR ends a line as CSV says; a cell cut by a CR is a bad line."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    text = f"{HEADER}\rseg_0001,speaker,Ge You,,\rseg_0002,speaker,Ge\rYou,,\r"
+    good, bad = parse_labels(text, vsod_vocabulary())
+    assert [(g["segment"], g["line"]) for g in good] == [("seg_0001", 2)]
+    assert [line for line, _ in bad] == [3, 4]
+
+
+def test_a_cell_over_the_csv_field_limit_is_one_bad_line():
+    """A cell over the csv field limit is a bad line, not a `_csv.Error` out of parse_labels."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    text = (f"{HEADER}\nseg_0001,speaker,\"{'x' * 200000}\",,\n"
+            "seg_0002,speaker,Ge You,,\n")
+    good, bad = parse_labels(text, vsod_vocabulary())
+    assert [g["segment"] for g in good] == ["seg_0002"]
+    assert len(bad) == 1 and bad[0][0] == 2 and "field larger than" in bad[0][1]
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "9" * 5000, "+3", " 1_0"])
+def test_a_pinned_frame_that_is_not_ascii_digits_is_one_bad_line(value):
+    """The line is a dead letter."""
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    good, bad = parse_labels(f"{HEADER}\nseg_0001,speaker,Ge You,{value},\n",
+                             vsod_vocabulary())
+    assert good == [] and len(bad) == 1 and "is not a frame index" in bad[0][1]
+
+
+def test_a_header_that_is_not_csv_is_one_line():
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.vsod.scenario import parse_labels
+
+    with pytest.raises(SourceError, match="labels file"):
+        parse_labels('"' + "x" * 200000 + '"\n', vsod_vocabulary())
+
+
+def test_a_huge_labels_file_is_refused_in_one_line(tmp_path):
+    """A labels file over its cap is a SourceError naming it, unread."""
+    from proactivebench_builder.core.errors import SourceError
+    from proactivebench_builder.transforms.vsod.scenario import MAX_LABELS_BYTES, VSOD
+
+    scenario = VSOD(0, str(tmp_path))
+    with open(tmp_path / scenario.params["labels_file"], "wb") as handle:
+        handle.write(HEADER.encode() + b"\n")
+        handle.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SourceError, match="labels"):
+            scenario.labels()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_LABELS_BYTES, peak
+
+
+@pytest.mark.parametrize("number", ["inf", "-inf", "nan", "1e400"])
+def test_annotation_numbers_must_be_finite(number):
+    """Either is the annotation's BadItem."""
+    from proactivebench_builder.core.errors import BadItem
+    from proactivebench_builder.transforms.vsod.scenario import parse_annotation
+
+    box = "".join(f"<{k}>{v}</{k}>" for k, v in zip(("xmin", "ymin", "xmax", "ymax"),
+                                                      (1, 1, number, 5)))
+    size = f"<size><width>{number}</width><height>8</height></size>"
+    for xml in (f"<annotation>{size}</annotation>",
+                f"<annotation><object><bndbox>{box}</bndbox></object></annotation>"):
+        with pytest.raises(BadItem, match="finite|numeric"):
+            parse_annotation(xml.encode())
+
+
+def test_natural_frame_order_takes_any_file_name():
+    """Digit runs
+    are ASCII digits, compared as numbers, and any names sort."""
+    from proactivebench_builder.transforms.vsod.scenario import natural_key
+
+    names = ["0010.jpg", "0001\u00b22.jpg", "2.jpg", "\u00b2.jpg", "a.jpg", "0002.jpg"]
+    ordered = sorted(names, key=natural_key)
+    assert ordered.index("2.jpg") < ordered.index("0010.jpg")
+    assert sorted(["f10.jpg", "f9.jpg", "f010.jpg"], key=natural_key) == [
+        "f9.jpg", "f10.jpg", "f010.jpg"]
+
+
+# ---- VSOD: a segment holding braces --------------------------------------------------------------
+
+@pytest.mark.build
+def test_a_vsod_segment_with_braces_keeps_its_name(tmp_path):
+    from proactivebench_builder.transforms.vsod.layout import DATASET_FOLDER
+
+    src = os.path.join(private_root(tmp_path, "vsod"), "vsod")
+    scenario = get_scenario_named("vsod", src)
+    segment = scenario.segments()[0]
+    for kind in ("Data", "Annotations"):
+        os.rename(scenario.tree(kind, segment), scenario.tree(kind, segment + "{0}"))
+    labels = os.path.join(src, scenario.params["labels_file"])
+    with open(labels, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(labels, "w", encoding="utf-8") as handle:
+        handle.write(text.replace(f"{segment},", f"{segment}{{0}},"))
+    scenario = get_scenario_named("vsod", src)
+    paths = _frame_paths_of(scenario, values_of(scenario, "segment:" + segment + "{0}"))
+    assert paths and all(p.startswith(f"{DATASET_FOLDER}/{segment}{{0}}/")
+                         for ps in paths.values() for p in ps)

@@ -431,12 +431,12 @@ class CtrlC:
             os._exit(self.exit_status)
         self.signum = signum
         _STOPPED.append(signum)
-        for callback in list(_AT_INTERRUPT):
-            callback()
-        if self.quiet:
-            logging.disable(logging.CRITICAL)
+        if self.quiet:  # before the callbacks: one of them ends the worker processes, and the
+            logging.disable(logging.CRITICAL)  # runner's thread watching them reports it at once
             threading.excepthook = lambda args: None
             sys.unraisablehook = lambda unraisable: None
+        for callback in list(_AT_INTERRUPT):
+            callback()
         raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
 
     def __enter__(self) -> "CtrlC":
